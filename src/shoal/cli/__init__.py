@@ -1,0 +1,54 @@
+"""Command-line entry point: argument parsing and dispatch only.
+
+Each subcommand lives in its own module under `shoal.cli` and exposes
+`register(subparsers) -> None`, which adds its parser and sets `func(args) -> int`.
+User errors (`ValueError`, which includes `shoal.errors.UserError`) become one line on stderr
+and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand modules, in the order `shoal --help` lists them.
+COMMANDS = ["run", "demo", "report", "simulate", "tune"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"shoal: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="shoal", description="Exact elastic training on whatever GPUs you have.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"shoal.cli.{name}")
+        except ModuleNotFoundError as exc:  # a command not built yet
+            if exc.name != f"shoal.cli.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as exc:
+        sys.stderr.write(f"shoal: error: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("shoal: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
