@@ -1,0 +1,119 @@
+"""The model library: shapes, gradients, fx-traceability and the properties each model promises."""
+
+import pytest
+import torch
+import torch.fx as fx
+
+from shoal.models import (
+    MODELS,
+    BertConfig,
+    GPTConfig,
+    LlamaConfig,
+    WideResNetConfig,
+    get_model_entry,
+)
+from shoal.models.llama import RotaryEmbedding
+
+SEQ = {"gpt2": 8, "bert": 8, "llama": 8, "wideresnet": 8}
+
+
+def _setup(name):
+    torch.manual_seed(0)
+    entry = get_model_entry(name)
+    cfg = entry.make_config()
+    model = entry.build(cfg)
+    inputs = entry.make_inputs(cfg, 2, SEQ[name], torch.Generator().manual_seed(1))
+    return entry, cfg, model, inputs
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_forward_backward_reaches_every_parameter(name):
+    entry, cfg, model, inputs = _setup(name)
+    out = model(*inputs)
+    if name == "wideresnet":
+        assert out.shape == (2, cfg.num_classes)
+    elif name == "bert":
+        assert out.shape == (2, SEQ[name], cfg.hidden_size)
+    else:
+        assert out.shape == (2, SEQ[name], cfg.vocab_size)
+    loss = entry.loss(out, inputs)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    for pname, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, pname
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_symbolic_trace_matches_eager(name):
+    _, _, model, inputs = _setup(name)
+    model.eval()
+    if name == "bert":
+        inputs = (inputs[0], torch.ones_like(inputs[0]), torch.zeros_like(inputs[0]))
+    gm = fx.symbolic_trace(model)
+    torch.testing.assert_close(gm(*inputs), model(*inputs))
+    # Blocks are traceable one by one too (what schedules trace).
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_module"}
+    assert any(t.endswith("proj") or "conv" in t for t in targets)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_decoders_are_causal(name):
+    _, _, model, (idx,) = _setup(name)
+    model.eval()
+    changed = idx.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 256
+    a, b = model(idx), model(changed)
+    torch.testing.assert_close(a[:, :-1], b[:, :-1])
+    assert not torch.allclose(a[:, -1], b[:, -1])
+
+
+def test_bert_padding_mask_hides_padded_tokens():
+    _, _, model, (ids,) = _setup("bert")
+    model.eval()
+    mask = torch.ones_like(ids)
+    mask[:, -2:] = 0
+    other = ids.clone()
+    other[:, -2:] = (other[:, -2:] + 7) % 256
+    a, b = model(ids, mask), model(other, mask)
+    torch.testing.assert_close(a[:, :-2], b[:, :-2])
+    # Without the mask the padded tokens do leak into the others.
+    assert not torch.allclose(model(ids)[:, :-2], model(other)[:, :-2])
+
+
+def test_rotary_preserves_norm_and_depends_on_relative_position():
+    rope = RotaryEmbedding(head_dim=8, max_seq_len=16)
+    q = torch.randn(1, 1, 1, 8).expand(1, 1, 16, 8).contiguous()
+    k = torch.randn(1, 1, 1, 8).expand(1, 1, 16, 8).contiguous()
+    qr, kr = rope(q, k)
+    torch.testing.assert_close(qr.norm(dim=-1), q.norm(dim=-1))
+    scores = (qr[0, 0] @ kr[0, 0].T).diagonal(offset=3)  # q at t+3 with k at t: same offset
+    torch.testing.assert_close(scores, scores[0].expand_as(scores))
+
+
+def test_wideresnet_depth_and_width():
+    cfg = WideResNetConfig(depth=16, widen_factor=4)
+    model = get_model_entry("wideresnet").build(cfg)
+    assert len(model.blocks) == 3 * 2
+    assert model.fc.in_features == 16 * 4 * 4
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GPTConfig(n_embd=30, n_head=4),
+        lambda: GPTConfig(dropout=1.0),
+        lambda: BertConfig(num_layers=0),
+        lambda: LlamaConfig(dim=20, n_heads=4),  # odd head_dim cannot be rotated
+        lambda: WideResNetConfig(depth=12),
+        lambda: get_model_entry("gpt2").make_config(n_embed=64),
+        lambda: get_model_entry("resnet"),
+    ],
+)
+def test_bad_configs_raise_value_error(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_llama_hidden_dim_rule():
+    assert LlamaConfig(dim=64, multiple_of=32).hidden_dim == 192
+    assert LlamaConfig(intermediate_size=100).hidden_dim == 100
