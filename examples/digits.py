@@ -1,0 +1,54 @@
+"""A small CNN with BatchNorm and Dropout on scikit-learn's digits (8x8 images, 10 classes).
+
+    shoal run examples/digits.py --workers v100,k80,k80 --steps 30 --out runs/digits
+    torchrun --nproc-per-node 2 -m shoal.worker examples/digits.py --steps 30 --out runs/t
+"""
+
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from torch import nn
+
+import shoal
+
+
+def make_model() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.25),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Dropout(0.25),
+        nn.Linear(64, 10),
+    )
+
+
+def loss_fn(model: nn.Module, batch) -> torch.Tensor:
+    images, labels = batch
+    return F.cross_entropy(model(images), labels)
+
+
+def make_job(micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0) -> shoal.Job:
+    x, y = load_digits(return_X_y=True)
+    images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    dataset = torch.utils.data.TensorDataset(images, torch.tensor(y))
+    return shoal.Job(
+        model=make_model,
+        optimizer=lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9),
+        dataset=dataset,
+        loss_fn=loss_fn,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seed=seed,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(shoal.launch(make_job))

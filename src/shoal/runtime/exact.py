@@ -1,0 +1,146 @@
+"""Exact, order-independent summation of micro-batch gradients in fixed point.
+
+Float addition is not associative, so a float all-reduce gives results that depend on which
+worker summed which micro-batches, and in which order. Here every micro-batch gradient is
+rounded once to a fixed-point grid and the integers are summed in int64, which is exact and
+associative: the step's sum is the same bit pattern for any number of workers, any assignment
+of micro-batches and any reduction order.
+
+Per tensor k the grid is 2**(E_k - P): E_k bounds the tensor's magnitude (|g| <= 2**E_k) and
+P = 62 - ceil(log2 M) leaves room for M terms in an int64. Rounding g * 2**(P - E_k) to an
+integer is exact in float32 (a power-of-two scale only moves the exponent) apart from the final
+round-half-even. The gradient mean is (sum of integers) * 2**(E_k - P) / M, computed in
+float64 and rounded to float32, the same arithmetic in every layout.
+
+E_k must be the same everywhere, and must not depend on the layout. It is predicted from the
+previous step's mean gradient, which every worker holds bit for bit: E_k = exponent of
+max|mean_k| + MARGIN_BITS. A micro-batch that exceeds its bound (or a first step, with no
+prediction) raises an overflow flag that travels with the sum; the step is then recomputed
+with E_k = the exponent of the exact global maximum (agreed with a MAX all-reduce). Both
+outcomes depend only on the gradients, never on the layout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+MARGIN_BITS = 8  # the bound sits 2**8 above the previous step's largest mean gradient
+_MIN_SCALE_EXP = -126  # keep 2**(P - E) a normal float32: P - E <= 127
+_MAX_SCALE_EXP = 127
+
+
+def precision_bits(num_micro_batches: int) -> int:
+    return 62 - math.ceil(math.log2(max(num_micro_batches, 1)))
+
+
+class FixedPointAccumulator:
+    """Owns the parameters' gradients as views of one flat buffer and sums them exactly."""
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        if not params:
+            raise ValueError("the model has no trainable parameters")
+        if any(p.dtype != torch.float32 for p in params):
+            raise ValueError("consistency='exact' needs float32 parameters")
+        self.params = params
+        numels = [p.numel() for p in params]
+        device = params[0].device
+        self.numel = sum(numels)
+        self.flat_grad = torch.zeros(self.numel, dtype=torch.float32, device=device)
+        offset = 0
+        for p, n in zip(params, numels, strict=True):
+            p.grad = self.flat_grad[offset : offset + n].view_as(p)
+            offset += n
+        self.segment = torch.repeat_interleave(
+            torch.arange(len(params), device=device), torch.tensor(numels, device=device)
+        )
+        self.bound_exp: torch.Tensor | None = None  # int64 per tensor; None until agreed
+        self.nonfinite = torch.zeros(len(params), dtype=torch.bool, device=device)
+        self._grid_for: tuple | None = None
+
+    # -- one pass over this worker's micro-batches -------------------------------------------
+    def begin(self, num_micro_batches: int, acc: torch.Tensor) -> None:
+        """Start a pass; `acc` (int64, numel) receives this worker's integer sum."""
+        self.num_micro_batches = num_micro_batches
+        self.acc = acc
+        self.acc.zero_()
+        self.flat_grad.zero_()
+        self.local_max = torch.zeros(len(self.params), device=self.flat_grad.device)
+        self.overflow = self.bound_exp is None
+        if not self.overflow:
+            self._make_grid()
+
+    def add(self) -> None:
+        """Fold the gradient now in the parameters' .grad into the integer sum, then zero it."""
+        g = self.flat_grad
+        tensor_max = torch.zeros_like(self.local_max).scatter_reduce_(
+            0, self.segment, g.abs(), "amax"
+        )
+        torch.maximum(self.local_max, tensor_max, out=self.local_max)
+        if not self.overflow:
+            within = (tensor_max <= self.limit) | self.nonfinite  # NaN fails the test
+            if bool(within.all()):
+                self.acc += torch.round(g * self.scale).to(torch.int64)
+            else:
+                self.overflow = True  # this pass is redone; stop spending time on it
+        g.zero_()
+
+    # -- after the collective ----------------------------------------------------------------
+    def decode(self, summed: torch.Tensor) -> None:
+        """Write the exact mean gradient into the parameters' .grad; predict the next bound."""
+        mean = summed.to(torch.float64) * self.step64 / self.num_micro_batches
+        self.flat_grad.copy_(mean)
+        if bool(self.nonfinite.any()):
+            self.flat_grad[self.nonfinite[self.segment]] = math.nan
+        mean_max = torch.zeros_like(self.local_max).scatter_reduce_(
+            0, self.segment, self.flat_grad.abs(), "amax"
+        )
+        predicted = self._exponent(mean_max) + MARGIN_BITS
+        # a tensor whose mean is all zeros keeps its bound
+        self.bound_exp = torch.where(mean_max > 0, predicted, self.bound_exp)
+
+    def rebound(self, global_max: torch.Tensor) -> None:
+        """Adopt the exact bounds after an overflow (global_max: per-tensor MAX over workers)."""
+        self.nonfinite = ~torch.isfinite(global_max)
+        safe = torch.where(self.nonfinite, torch.zeros_like(global_max), global_max)
+        self.bound_exp = self._exponent(safe)
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"bound_exp": None if self.bound_exp is None else self.bound_exp.cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        b = state.get("bound_exp")
+        self.bound_exp = None if b is None else b.to(self.flat_grad.device)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _exponent(self, magnitude: torch.Tensor) -> torch.Tensor:
+        """Smallest e with |x| <= 2**e, clamped so that the grid scale stays a normal float."""
+        _, e = torch.frexp(magnitude.to(torch.float32))
+        p = precision_bits(self.num_micro_batches)
+        e = e.to(torch.int64)
+        e = torch.where(magnitude > 0, e, torch.full_like(e, p - _MAX_SCALE_EXP))
+        return e.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
+
+    def _make_grid(self) -> None:
+        key = (self.num_micro_batches, self.bound_exp.tolist())
+        if key == self._grid_for:
+            return
+        p = precision_bits(self.num_micro_batches)
+        exp = self.bound_exp.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
+        scale_exp = (p - exp)[self.segment]
+        self.scale = pow2_f32(scale_exp)
+        self.step64 = pow2_f64(-scale_exp)
+        self.limit = pow2_f64(exp)
+        self._grid_for = key
+
+
+def pow2_f32(k: torch.Tensor) -> torch.Tensor:
+    """2**k as float32, built from its bits (exact; k in [-126, 127])."""
+    return ((k.to(torch.int64) + 127) << 23).to(torch.int32).view(torch.float32)
+
+
+def pow2_f64(k: torch.Tensor) -> torch.Tensor:
+    """2**k as float64, built from its bits (exact; k in [-1022, 1023])."""
+    return ((k.to(torch.int64) + 1023) << 52).view(torch.float64)

@@ -1,0 +1,138 @@
+"""The step's one collective: gradients, BatchNorm buffers, losses and timings in one all-reduce.
+
+Everything a step must share is packed into one int64 tensor and summed:
+- the gradient: exact mode sums fixed-point integers (see `exact.py`); fast mode sums float32
+  gradients in a separate float all-reduce, like torch DDP;
+- the module buffers (BatchNorm running statistics) after micro-batch 0, as raw bits: only
+  the worker that computed micro-batch 0 contributes them, everyone else adds zeros, so the
+  sum is that worker's bit pattern (DDP's convention: buffers are those of rank 0);
+- each micro-batch's loss (float64 bits, in slot j), each worker's seconds per micro-batch
+  (float64 bits, in slot rank), and the overflow flag of the exact sum.
+One message per step keeps latency low on slow links and keeps every worker's view identical.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from shoal.runtime.exact import FixedPointAccumulator
+
+_INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of `t`, widened to int64 (invertible with `from_bits`)."""
+    flat = t.detach().reshape(-1)
+    if flat.dtype == torch.bool:
+        return flat.to(torch.int64)
+    return flat.view(_INT_OF_SIZE[flat.element_size()]).to(torch.int64)
+
+
+def from_bits(bits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if like.dtype == torch.bool:
+        return bits.to(torch.bool).view(like.shape)
+    return bits.to(_INT_OF_SIZE[like.element_size()]).view(like.dtype).view(like.shape)
+
+
+def _f64_bits(values: list[float]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64).view(torch.int64)
+
+
+@dataclass
+class StepOutcome:
+    ok: bool  # False: an exact-mode bound overflowed; the step must be recomputed
+    losses: list[float]  # per micro-batch, index j
+    seconds_per_micro_batch: list[float | None]  # per worker; None if it computed nothing
+
+
+class StepReducer:
+    """Accumulates this worker's micro-batches and reduces a step across the group."""
+
+    def __init__(self, model: torch.nn.Module, consistency: str, rank: int, world_size: int):
+        if consistency not in ("exact", "fast"):
+            raise ValueError(f"consistency must be 'exact' or 'fast', got {consistency!r}")
+        self.consistency, self.rank, self.world_size = consistency, rank, world_size
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.buffers = list(model.buffers())
+        self.device = self.params[0].device
+        self.fixed = FixedPointAccumulator(self.params) if consistency == "exact" else None
+        if self.fixed is None:  # fast: a flat float gradient, summed by autograd then all-reduced
+            self.flat_grad = torch.zeros(sum(p.numel() for p in self.params), device=self.device)
+            offset = 0
+            for p in self.params:
+                p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
+        self.num_buffer_bits = sum(b.numel() for b in self.buffers)
+        self._num_micro_batches = -1
+
+    def begin(self, num_micro_batches: int) -> None:
+        if num_micro_batches != self._num_micro_batches:
+            self._num_micro_batches = num_micro_batches
+            grad_ints = self.fixed.numel if self.fixed else 0
+            extra = self.num_buffer_bits + num_micro_batches + self.world_size + 1
+            self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
+            self.extra = self.buf[grad_ints:]
+        self.buf.zero_()
+        self.losses: dict[int, float] = {}
+        if self.fixed:
+            self.fixed.begin(num_micro_batches, self.buf[: self.fixed.numel])
+        else:
+            self.flat_grad.zero_()
+
+    def add(self, micro_batch: int, loss: float) -> None:
+        """Fold the micro-batch just back-propagated into this worker's partial sum."""
+        if self.fixed:
+            self.fixed.add()
+        self.losses[micro_batch] = loss
+        if micro_batch == 0 and self.buffers:
+            self.extra[: self.num_buffer_bits] = torch.cat([bits_of(b) for b in self.buffers])
+
+    def reduce(self, seconds_per_micro_batch: float | None) -> StepOutcome:
+        M, nb = self._num_micro_batches, self.num_buffer_bits
+        if self.losses:
+            js = sorted(self.losses)
+            idx = torch.tensor(js, device=self.device) + nb
+            self.extra.index_copy_(0, idx, _f64_bits([self.losses[j] for j in js]).to(self.device))
+        if seconds_per_micro_batch is not None:
+            self.extra[nb + M + self.rank] = _f64_bits([seconds_per_micro_batch])[0]
+        overflow = bool(self.fixed and self.fixed.overflow)
+        self.extra[-1] = int(overflow)
+        if self.world_size > 1:
+            if self.fixed is None:
+                dist.all_reduce(self.flat_grad)
+            dist.all_reduce(self.buf)
+        extra = self.extra.cpu()
+        if int(extra[-1]) > 0:
+            self._rebound()
+            return StepOutcome(False, [], [])
+        self._write_buffers(extra[:nb])
+        if self.fixed:
+            self.fixed.decode(self.buf[: self.fixed.numel])
+        else:
+            self.flat_grad /= M
+        losses = extra[nb : nb + M].view(torch.float64).tolist()
+        times = extra[nb + M : nb + M + self.world_size].view(torch.float64).tolist()
+        return StepOutcome(True, losses, [t if t > 0 else None for t in times])
+
+    def _rebound(self) -> None:
+        global_max = self.fixed.local_max.clone()
+        if self.world_size > 1:
+            dist.all_reduce(global_max, op=dist.ReduceOp.MAX)
+        self.fixed.rebound(global_max)
+
+    def _write_buffers(self, bits: torch.Tensor) -> None:
+        offset = 0
+        for b in self.buffers:
+            n = b.numel()
+            b.copy_(from_bits(bits[offset : offset + n].to(b.device), b))
+            offset += n
+
+    def state_dict(self) -> dict:
+        return self.fixed.state_dict() if self.fixed else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.fixed:
+            self.fixed.load_state_dict(state)

@@ -1,0 +1,63 @@
+"""The training state: its digest, and packing it for checkpoints and transfers.
+
+`state_sha256` hashes parameters, buffers and optimizer state in a canonical byte encoding
+(name, dtype, shape, raw bytes), so two runs have equal digests exactly when their states
+are bitwise equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import torch
+
+
+def _feed_tensor(h: "hashlib._Hash", name: str, t: torch.Tensor) -> None:
+    t = t.detach().cpu().contiguous()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _feed_obj(h: "hashlib._Hash", name: str, obj: Any) -> None:
+    if isinstance(obj, torch.Tensor):
+        _feed_tensor(h, name, obj)
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=str):
+            _feed_obj(h, f"{name}.{key}", obj[key])
+    elif isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            _feed_obj(h, f"{name}[{i}]", item)
+    else:
+        h.update(f"{name}={json.dumps(obj, default=repr)}|".encode())
+
+
+def state_sha256(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> str:
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():  # parameters and buffers, in module order
+        _feed_tensor(h, f"model.{name}", t)
+    _feed_obj(h, "optimizer", optimizer.state_dict())
+    return h.hexdigest()
+
+
+def training_state(trainer: Any) -> dict:
+    """Everything needed to continue bit for bit (tensors and plain values only)."""
+    return {
+        "step": trainer.step,
+        "samples_seen": trainer.samples_seen,
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
+        "reducer": trainer.reducer.state_dict(),
+    }
+
+
+def load_training_state(trainer: Any, state: dict) -> None:
+    trainer.model.load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    if trainer.scheduler and state.get("scheduler") is not None:
+        trainer.scheduler.load_state_dict(state["scheduler"])
+    trainer.reducer.load_state_dict(state["reducer"])
+    trainer.step = int(state["step"])
+    trainer.samples_seen = int(state["samples_seen"])

@@ -1,0 +1,128 @@
+"""One worker's training loop: the step, with its data, forward/backward, exact reduce and update.
+
+A step t runs M = B/b micro-batches. This worker computes the contiguous range the plan gives
+it; for each micro-batch j it restores the step's initial buffers, reads the samples the data
+order assigns to (t, j), seeds every random generator with (seed, t, j), runs forward and
+backward, and folds the gradient into the step's exact sum. One collective then gives every
+worker the same mean gradient, buffers, losses and timings; every worker applies the same
+optimizer step and computes the same next plan.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from shoal.control import Rebalancer, SpeedEstimator
+from shoal.job import Job
+from shoal.plan import DataOrder, micro_batch_seed
+from shoal.runtime.pacing import Pacer
+from shoal.runtime.reduce import StepReducer
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)  # CPU and every CUDA device
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def to_device(batch, device: torch.device):
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float
+    global_batch_size: int
+    micro_batches: list[int]  # per worker
+    seconds_per_micro_batch: list[float | None]  # per worker
+    step_time_s: float
+    redone: int  # exact-mode recomputations of this step (bound overflow)
+
+
+class Trainer:
+    def __init__(
+        self,
+        job: Job,
+        rank: int,
+        world_size: int,
+        consistency: str = "exact",
+        device: torch.device | str = "cpu",
+        prior_s: Sequence[float] | None = None,
+        pacer: Pacer | None = None,
+        replan_every: int = 5,
+    ):
+        self.job, self.rank, self.world_size = job, rank, world_size
+        self.device = torch.device(device)
+        self.pacer = pacer or Pacer()
+        seed_everything(micro_batch_seed(job.seed, -1, 0))  # identical initial weights everywhere
+        self.model = job.model().to(self.device).train()
+        self.optimizer = job.optimizer(self.model.parameters())
+        self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
+        self.reducer = StepReducer(self.model, consistency, rank, world_size)
+        self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
+        self.collate = job.collate_fn or torch.utils.data.default_collate
+        estimator = SpeedEstimator(list(prior_s or [1.0] * world_size))
+        self.rebalancer = Rebalancer(job.num_micro_batches, estimator, replan_every)
+        self.step, self.samples_seen = 0, 0
+
+    def train_step(self) -> StepRecord:
+        start, plan = time.perf_counter(), self.rebalancer.plan
+        mine, redone = plan.indices(self.rank), 0
+        while True:
+            busy_s = self._compute(mine, plan.num_micro_batches)
+            outcome = self.reducer.reduce(busy_s / len(mine) if mine else None)
+            if outcome.ok:
+                break
+            redone += 1  # a gradient exceeded its fixed-point bound: recompute with exact bounds
+        self.optimizer.step()
+        if self.scheduler:
+            self.scheduler.step()
+        record = StepRecord(
+            step=self.step,
+            loss=sum(outcome.losses) / len(outcome.losses),
+            global_batch_size=plan.num_micro_batches * self.job.micro_batch_size,
+            micro_batches=list(plan.counts),
+            seconds_per_micro_batch=outcome.seconds_per_micro_batch,
+            step_time_s=time.perf_counter() - start,
+            redone=redone,
+        )
+        self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
+        self.step += 1
+        self.samples_seen += record.global_batch_size
+        return record
+
+    def _compute(self, micro_batches: range, num_micro_batches: int) -> float:
+        """Forward/backward of this worker's micro-batches; returns their (padded) seconds."""
+        self.reducer.begin(num_micro_batches)
+        initial = [b.clone() for b in self.model.buffers()]
+        busy_s = 0.0
+        for j in micro_batches:
+            t0 = time.perf_counter()
+            for b, b0 in zip(self.model.buffers(), initial, strict=True):
+                b.copy_(b0)  # every micro-batch starts from the step's buffers
+            batch = self._batch(j)
+            seed_everything(micro_batch_seed(self.job.seed, self.step, j))
+            loss = self.job.loss_fn(self.model, batch)
+            loss.backward()
+            self.reducer.add(j, float(loss.detach()))
+            busy_s += self.pacer.pad(time.perf_counter() - t0)
+        for b, b0 in zip(self.model.buffers(), initial, strict=True):
+            b.copy_(b0)  # a recomputation must start from the same buffers
+        return busy_s
+
+    def _batch(self, micro_batch: int):
+        ids = self.order.sample_ids(self.samples_seen, micro_batch)
+        return to_device(self.collate([self.job.dataset[i] for i in ids]), self.device)
