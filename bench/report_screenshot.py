@@ -1,0 +1,68 @@
+"""Render a run report and screenshot it in headless Chromium; print one JSON line.
+
+    .venv/bin/python bench/report_screenshot.py [DIR] [--out PNG] [--chromium PATH]
+
+With no DIR, a synthetic elastic run (a failure, two joins, a graceful leave) is written to a
+temporary directory first. The JSON line gives the paths and how long rendering and the
+screenshot took, so a slow report shows up in the benchmark history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from shoal.errors import UserError
+from shoal.report import write_report
+from shoal.report.screenshot import screenshot
+from shoal.report.synthetic import write_synthetic_run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("directory", nargs="?", help="run directory (default: a synthetic run)")
+    parser.add_argument("--out", help="screenshot path (default: DIR/report_screenshot.png)")
+    parser.add_argument("--chromium", help="browser binary (default: chromium on PATH)")
+    parser.add_argument("--steps", type=int, default=40, help="steps of the synthetic run")
+    parser.add_argument("--window", default="1280x2000", help="window size WIDTHxHEIGHT")
+    args = parser.parse_args(argv)
+    try:
+        width, height = (int(x) for x in args.window.lower().split("x"))
+    except ValueError:
+        parser.error(f"--window must look like 1280x2000, got {args.window!r}")
+
+    if args.directory:
+        directory = Path(args.directory)
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="shoal-report-"))
+        directory = write_synthetic_run(tmp / "run", num_steps=args.steps)
+    try:
+        t0 = time.perf_counter()
+        page = write_report(directory)
+        t1 = time.perf_counter()
+        out = Path(args.out) if args.out else directory / "report_screenshot.png"
+        shot = screenshot(page, out, chromium=args.chromium, window_size=(width, height))
+        t2 = time.perf_counter()
+    except UserError as exc:
+        print(f"report_screenshot: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        json.dumps(
+            {
+                "report": str(page),
+                "screenshot": str(shot),
+                "render_s": round(t1 - t0, 3),
+                "screenshot_s": round(t2 - t1, 3),
+                "window": [width, height],
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

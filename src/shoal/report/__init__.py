@@ -1,0 +1,12 @@
+"""Run reports: `metrics.jsonl` and `result.json` of a run directory -> plots and an HTML page.
+
+Pure Python plus matplotlib (imported lazily, Agg renderer); no torch. `load` parses and
+validates the files, `timeline` and `summary` derive what the page shows, `plots` draws the
+PNGs, `page` writes the HTML and `build.write_report` ties them together for `shoal report`.
+`synthetic` writes a made-up run directory for tests and demos.
+"""
+
+from shoal.report.build import write_report
+from shoal.report.load import Run, load_run
+
+__all__ = ["Run", "load_run", "write_report"]

@@ -1,0 +1,273 @@
+"""The report's four PNG plots, drawn with matplotlib's object API on the Agg renderer.
+
+Figures are built as `matplotlib.figure.Figure` objects, never through `pyplot`, so rendering a
+report changes no process-wide state (backend, open figures) and works without a display.
+matplotlib is imported inside the functions: importing `shoal.report` stays cheap. Each worker
+keeps one colour across all plots, and membership events are drawn in the same style everywhere
+(shape and colour per kind, see `EVENT_STYLE`), so a dip in throughput lines up by eye with the
+failure that caused it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from shoal.report.load import Run, Step
+from shoal.report.timeline import Timeline, worker_order
+
+# kind -> (marker, colour, legend label). Colours are chosen apart from the worker palette.
+EVENT_STYLE: dict[str, tuple[str, str, str]] = {
+    "join": ("^", "#1b9e77", "join"),
+    "leave": ("s", "#e6ab02", "leave (graceful)"),
+    "fail": ("X", "#d62728", "failure (abrupt)"),
+    "recover": ("o", "#3366cc", "recovery"),
+}
+DPI = 100
+WIDTH_IN = 11.0
+
+
+def worker_colors(workers: list[str]) -> dict[str, Any]:
+    """One stable colour per worker id (tab10, or tab20 beyond ten workers; cycles after that)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if len(workers) <= 10 else "tab20"]
+    return {w: cmap(i % cmap.N) for i, w in enumerate(workers)}
+
+
+def _figure(height_in: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout="constrained")
+
+
+def _no_data(ax: Any, message: str) -> None:
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _event_lines(ax: Any, positions: list[tuple[str, float]]) -> None:
+    """Faint vertical lines at membership changes; one legend entry per kind present."""
+    labelled: set[str] = set()
+    for kind, x in positions:
+        marker, color, label = EVENT_STYLE[kind]
+        ax.axvline(
+            x,
+            color=color,
+            linestyle="--",
+            linewidth=1.0,
+            alpha=0.7,
+            label=None if kind in labelled else label,
+        )
+        labelled.add(kind)
+
+
+def _samples_per_s(s: Step) -> float | None:
+    if s.samples_per_s is not None:
+        return s.samples_per_s
+    if s.global_batch_size is not None and s.step_time_s:
+        return s.global_batch_size / s.step_time_s
+    return None
+
+
+def _break_at(
+    points: list[tuple[float, float]], cuts: list[float]
+) -> tuple[list[float], list[float]]:
+    """Split a line into segments at `cuts`: a NaN point between the two samples around a cut.
+
+    Throughput is only defined while steps complete; joining the last step before a failure to
+    the first one after it would draw a slope through time in which nothing ran.
+    """
+    xs: list[float] = []
+    ys: list[float] = []
+    for i, (x, y) in enumerate(points):
+        if i and any(points[i - 1][0] <= c < x for c in cuts):
+            xs.append(math.nan)
+            ys.append(math.nan)
+        xs.append(x)
+        ys.append(y)
+    return xs, ys
+
+
+def _changes_by_step(run: Run) -> list[tuple[str, float]]:
+    return [
+        (e.event, float(e.step)) for e in run.events if e.step is not None and e.event != "recover"
+    ]
+
+
+def plot_loss(run: Run, path: Path) -> None:
+    """Loss against step, with dashed lines where membership changed."""
+    fig = _figure(3.6)
+    ax = fig.add_subplot()
+    points = [(s.step, s.loss) for s in run.steps if s.loss is not None]
+    if not points:
+        _no_data(ax, "no loss logged")
+    else:
+        ax.plot([p[0] for p in points], [p[1] for p in points], color="#333", linewidth=1.5)
+        _event_lines(ax, _changes_by_step(run))
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper right", fontsize="small")
+    ax.set_title("Loss")
+    fig.savefig(path, format="png")
+
+
+def plot_throughput(run: Run, timeline: Timeline, path: Path) -> None:
+    """Samples/s against wall time (against step when the run logged no wall times)."""
+    fig = _figure(3.6)
+    ax = fig.add_subplot()
+    rows = [(s, _samples_per_s(s)) for s in run.steps]
+    rows = [(s, v) for s, v in rows if v is not None]
+    by_wall = bool(rows) and all(s.wall_time_s is not None for s, _ in rows)
+    if not rows:
+        _no_data(ax, "no throughput logged")
+    else:
+        if by_wall:
+            marks = [
+                (p.event.event, p.time_s)
+                for p in timeline.events
+                if p.time_s is not None and p.event.event != "recover"
+            ]
+        else:
+            marks = _changes_by_step(run)
+        points = sorted((s.wall_time_s if by_wall else s.step, v) for s, v in rows)
+        # A change logged at wall time t happened after the step completed at or before t; one
+        # logged at step n happened while step n ran, i.e. between steps n - 1 and n.
+        cuts = [x if by_wall else x - 0.5 for _, x in marks]
+        xs, ys = _break_at(points, cuts)
+        ax.plot(xs, ys, color="#333", linewidth=1.5, marker=".", markersize=3)
+        _event_lines(ax, marks)
+        ax.set_xlabel("wall time (s)" if by_wall else "step")
+        ax.set_ylabel("samples/s")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize="small")
+    ax.set_title("Throughput")
+    fig.savefig(path, format="png")
+
+
+def plot_share(run: Run, path: Path) -> None:
+    """Each worker's fraction of the step's micro-batches, stacked, against step."""
+    fig = _figure(3.8)
+    ax = fig.add_subplot()
+    steps = [s for s in run.steps if sum(w.micro_batches for w in s.workers) > 0]
+    if not steps:
+        _no_data(ax, "no micro-batch assignments logged")
+    else:
+        workers = worker_order(run)
+        colors = worker_colors(workers)
+        devices: dict[str, str] = {}
+        shares: dict[str, list[float]] = {w: [] for w in workers}
+        for s in steps:
+            total = sum(w.micro_batches for w in s.workers)
+            mine = {w: 0 for w in workers}
+            for w in s.workers:
+                mine[w.id] += w.micro_batches
+                if w.device:
+                    devices.setdefault(w.id, w.device)
+            for w in workers:
+                shares[w].append(mine[w] / total)
+        present = [w for w in workers if any(shares[w])]
+        labels = [f"{w} ({devices[w]})" if w in devices else w for w in present]
+        # A step's plan holds for the whole step: draw step n as the band [n, n + 1), so a
+        # change at step n (dashed line at n) lines up with the first step of the new plan.
+        xs = [s.step for s in steps] + [steps[-1].step + 1]
+        ax.stackplot(
+            xs,
+            [shares[w] + shares[w][-1:] for w in present],
+            labels=labels,
+            colors=[colors[w] for w in present],
+            step="post",
+            alpha=0.85,
+        )
+        for kind, x in _changes_by_step(run):
+            ax.axvline(x, color=EVENT_STYLE[kind][1], linestyle="--", linewidth=1.0)
+        ax.set_xlim(xs[0], xs[-1])
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("share of micro-batches")
+        fig.legend(loc="outside right upper", fontsize="small", title="worker")
+    ax.set_title("Micro-batch share per worker")
+    fig.savefig(path, format="png")
+
+
+def plot_timeline(timeline: Timeline, path: Path) -> None:
+    """One row per worker: a bar while alive, a marker per event, recoveries annotated."""
+    from matplotlib.lines import Line2D
+
+    lanes = timeline.lanes
+    fig = _figure(max(2.6, 0.55 * len(lanes) + 1.6))
+    ax = fig.add_subplot()
+    if not lanes:
+        _no_data(ax, "no workers logged")
+        ax.set_title("Membership")
+        fig.savefig(path, format="png")
+        return
+    colors = worker_colors([lane.worker for lane in lanes])
+    row = {lane.worker: i for i, lane in enumerate(lanes)}
+    for lane in lanes:
+        spans = [(a, b - a) for a, b in lane.intervals]
+        ax.broken_barh(spans, (row[lane.worker] - 0.3, 0.6), color=colors[lane.worker], alpha=0.45)
+    for p in timeline.events:
+        if p.time_s is None:
+            continue
+        e, y = p.event, row[p.event.worker]
+        marker, color, _ = EVENT_STYLE[e.event]
+        if e.event == "recover" and e.recovery_time_s:
+            # the span recovery took (failure detected -> next completed step), ending here
+            ax.plot([p.time_s - e.recovery_time_s, p.time_s], [y, y], color=color, linewidth=3)
+        ax.plot(p.time_s, y, marker=marker, color=color, markeredgecolor="black", markersize=10)
+        if e.event == "recover":
+            parts = []
+            if e.recovery_time_s is not None:
+                parts.append(f"{e.recovery_time_s:.3g} s")
+            if e.lost_steps is not None:
+                parts.append(f"lost {e.lost_steps}")
+            ax.annotate(
+                ", ".join(parts) or "recovered",
+                (p.time_s, y),
+                xytext=(6, 9),
+                textcoords="offset points",
+                fontsize="small",
+                color=color,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+            )
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([f"{ln.worker} ({ln.device})" if ln.device else ln.worker for ln in lanes])
+    ax.set_ylim(len(lanes) - 0.4, -0.7)  # first worker on top, room for annotations
+    span = max(timeline.end_s - timeline.start_s, 1e-9)
+    ax.set_xlim(timeline.start_s - 0.01 * span, timeline.end_s + 0.06 * span)
+    ax.set_xlabel("wall time (s)")
+    ax.grid(axis="x", alpha=0.3)
+    handles = [
+        Line2D([], [], marker=m, color=c, markeredgecolor="black", linestyle="", markersize=9)
+        for m, c, _ in EVENT_STYLE.values()
+    ]
+    fig.legend(
+        handles,
+        [label for *_, label in EVENT_STYLE.values()],
+        loc="outside lower center",
+        ncols=len(EVENT_STYLE),
+        fontsize="small",
+        frameon=False,
+    )
+    ax.set_title("Membership")
+    fig.savefig(path, format="png")
+
+
+def render_plots(run: Run, timeline: Timeline, directory: Path) -> dict[str, Path]:
+    """Write all plots into `directory` (created if needed); return name -> PNG path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {
+        name: directory / f"{name}.png" for name in ("loss", "throughput", "share", "timeline")
+    }
+    plot_loss(run, paths["loss"])
+    plot_throughput(run, timeline, paths["throughput"])
+    plot_share(run, paths["share"])
+    plot_timeline(timeline, paths["timeline"])
+    return paths
