@@ -1,0 +1,40 @@
+"""shoal's Slapo-compatible schedule language: ``import shoal.schedule as slapo``.
+
+Programs written for Slapo run unchanged: `create_schedule` wraps a model in a `Schedule` tree,
+primitives (`shard`, `sync`, `checkpoint`, `replace`, `fuse`, ...) edit it in place, and `build`
+returns the optimized model. Everything runs on CPU (gloo) as well as on GPUs; see
+docs/schedule.md for what maps onto which PyTorch 2.x piece.
+"""
+
+from . import op, pattern, primitives, random, sharding
+from .checkpoint import CheckPointWrapper, checkpoint
+from .errors import ScheduleError, SchedulePathError, VerificationError
+from .pattern import ModulePattern, Pattern, call_module
+from .primitives.base import Primitive, list_primitives, register_primitive
+from .random import get_cuda_rng_tracker, get_rng_tracker, is_random_seed_set, set_random_seed
+from .schedule import Schedule, create_schedule
+
+__all__ = [
+    "CheckPointWrapper",
+    "ModulePattern",
+    "Pattern",
+    "Primitive",
+    "Schedule",
+    "ScheduleError",
+    "SchedulePathError",
+    "VerificationError",
+    "call_module",
+    "checkpoint",
+    "create_schedule",
+    "get_cuda_rng_tracker",
+    "get_rng_tracker",
+    "is_random_seed_set",
+    "list_primitives",
+    "op",
+    "pattern",
+    "primitives",
+    "random",
+    "register_primitive",
+    "set_random_seed",
+    "sharding",
+]

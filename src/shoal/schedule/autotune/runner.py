@@ -1,0 +1,113 @@
+"""Parent side of a trial: run one `TrialSpec` in a fresh subprocess and classify the outcome.
+
+This module owns the process boundary: it launches `python -m shoal.schedule.autotune.trial`,
+enforces a wall-clock timeout and (on Linux) a per-process memory cap by polling the resident set
+size of the trial's process tree, and turns the child's exit into a `TrialOutcome` with a status:
+`ok`, `over_cap` (killed or measured above the cap), `oom` (the allocator or the kernel gave up),
+`timeout` or `error`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.schedule.autotune.trial import RESULT_PREFIX, TrialSpec
+
+_OOM_MARKERS = ("out of memory", "OutOfMemoryError", "can't allocate memory", "std::bad_alloc")
+
+
+@dataclass
+class TrialOutcome:
+    """What a trial produced. Measurements are None unless `status == "ok"` or `"over_cap"`."""
+
+    status: str
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    peak_memory_mb: float | None = None
+    detail: str = ""
+    raw: dict = field(default_factory=dict)
+
+
+def _tree_rss_max_mb(pid: int) -> float:
+    """Largest resident set size (MiB) among `pid` and its descendants; 0 if unreadable."""
+    peak = 0.0
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            for line in status.splitlines():
+                if line.startswith("VmRSS:"):
+                    peak = max(peak, int(line.split()[1]) / 1024)
+            for task in Path(f"/proc/{p}/task").iterdir():
+                kids = (task / "children").read_text().split()
+                stack.extend(int(k) for k in kids)
+        except (OSError, ValueError):
+            continue
+    return peak
+
+
+def run_trial(
+    spec: TrialSpec,
+    memory_cap_mb: float | None = None,
+    timeout_s: float = 600.0,
+    poll_s: float = 0.05,
+) -> TrialOutcome:
+    """Measure `spec` in a subprocess; kill it early if a process exceeds `memory_cap_mb`."""
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[3])  # .../src, so the child imports this shoal
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "shoal.schedule.autotune.trial", spec.to_json()]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,  # so a kill reaches the rank processes too
+    )
+    start = time.monotonic()
+    killed_for = ""
+    polled_peak = 0.0
+    while proc.poll() is None:
+        if time.monotonic() - start > timeout_s:
+            killed_for = "timeout"
+        elif memory_cap_mb is not None:
+            polled_peak = max(polled_peak, _tree_rss_max_mb(proc.pid))
+            if polled_peak > memory_cap_mb:
+                killed_for = "over_cap"
+        if killed_for:
+            os.killpg(proc.pid, signal.SIGKILL)
+            break
+        time.sleep(poll_s)
+    stdout, stderr = proc.communicate()
+    if killed_for == "timeout":
+        return TrialOutcome("timeout", detail=f"no result within {timeout_s:.0f} s")
+    if killed_for == "over_cap":
+        return TrialOutcome(
+            "over_cap",
+            peak_memory_mb=polled_peak,
+            detail=f"killed at {polled_peak:.0f} MiB resident (> cap {memory_cap_mb:.0f} MiB)",
+        )
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            raw = json.loads(line[len(RESULT_PREFIX) :])
+            over = memory_cap_mb is not None and raw["peak_memory_mb"] > memory_cap_mb
+            return TrialOutcome(
+                "over_cap" if over else "ok",
+                samples_per_s=raw["samples_per_s"],
+                step_time_s=raw["step_time_s"],
+                peak_memory_mb=raw["peak_memory_mb"],
+                raw=raw,
+            )
+    tail = stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+    if proc.returncode == -signal.SIGKILL or any(m in stderr for m in _OOM_MARKERS):
+        return TrialOutcome("oom", detail=tail[0][:300])
+    return TrialOutcome("error", detail=tail[0][:300])

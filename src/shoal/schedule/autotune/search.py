@@ -1,0 +1,173 @@
+"""The search over schedule knobs: Optuna proposes, subprocess trials measure.
+
+This module owns the search space (micro-batch size x fraction of checkpointed layers x fusion
+on/off), the objective (measured samples/s, subject to peak memory <= cap) and the bookkeeping of
+every trial. Optuna does the proposing: exhaustive `GridSampler` when the budget covers the grid,
+otherwise a seeded `TPESampler` that is told about the memory constraint. One piece of domain
+knowledge prunes trials without running them: for a fixed fusion setting, memory grows with the
+micro-batch size and shrinks with the checkpointed fraction, so a configuration that is at least
+as large and checkpoints no more than one that already failed the cap is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shoal.schedule.autotune.runner import TrialOutcome, run_trial
+from shoal.schedule.autotune.trial import TrialSpec
+
+MeasureFn = Callable[[TrialSpec, float], TrialOutcome]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Candidate values of each knob."""
+
+    micro_batch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    ckpt_ratios: tuple[float, ...] = (0.0, 0.5, 1.0)
+    fusion: tuple[bool, ...] = (False, True)
+
+    def __post_init__(self) -> None:
+        if not (self.micro_batch_sizes and self.ckpt_ratios and self.fusion):
+            raise ValueError("every knob of the search space needs at least one value")
+        if any(b < 1 for b in self.micro_batch_sizes):
+            raise ValueError(f"micro-batch sizes must be >= 1, got {self.micro_batch_sizes}")
+        if any(not 0.0 <= r <= 1.0 for r in self.ckpt_ratios):
+            raise ValueError(f"checkpoint ratios must be in [0, 1], got {self.ckpt_ratios}")
+
+    @property
+    def size(self) -> int:
+        return len(self.micro_batch_sizes) * len(self.ckpt_ratios) * len(self.fusion)
+
+
+@dataclass
+class TrialRecord:
+    """One configuration the search looked at, measured or pruned."""
+
+    number: int
+    micro_batch_size: int
+    ckpt_ratio: float
+    fusion: bool
+    status: str  # ok | over_cap | oom | timeout | error | pruned
+    samples_per_s: float | None = None
+    peak_memory_mb: float | None = None
+    step_time_s: float | None = None
+    detail: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return self.status == "ok"
+
+    def knobs(self) -> tuple[int, float, bool]:
+        return (self.micro_batch_size, self.ckpt_ratio, self.fusion)
+
+
+@dataclass
+class TuneResult:
+    """All trials in the order they were looked at, and the fastest feasible one."""
+
+    memory_cap_mb: float
+    trials: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def best(self) -> TrialRecord | None:
+        ok = [t for t in self.trials if t.feasible]
+        return max(ok, key=lambda t: t.samples_per_s or 0.0) if ok else None
+
+    def to_json(self) -> str:
+        best = self.best
+        return json.dumps(
+            {
+                "memory_cap_mb": self.memory_cap_mb,
+                "best": dataclasses.asdict(best) if best else None,
+                "trials": [dataclasses.asdict(t) for t in self.trials],
+            },
+            indent=2,
+        )
+
+
+def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bool]]) -> bool:
+    bs, ratio, fusion = knobs
+    return any(f == fusion and bs >= b and ratio <= r for b, r, f in failed)
+
+
+def tune(
+    base: TrialSpec,
+    space: SearchSpace,
+    memory_cap_mb: float,
+    n_trials: int,
+    *,
+    seed: int = 0,
+    measure: MeasureFn | None = None,
+    on_trial: Callable[[TrialRecord], None] | None = None,
+) -> TuneResult:
+    """Search `space` around `base` for the highest samples/s with peak memory <= cap.
+
+    `measure(spec, cap)` runs one trial (default: `run_trial` in a subprocess); `on_trial` is
+    called after every trial, e.g. to print progress.
+    """
+    import optuna
+
+    if memory_cap_mb <= 0:
+        raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
+    if n_trials < 1:
+        raise ValueError(f"number of trials must be >= 1, got {n_trials}")
+    run = measure or (lambda spec, cap: run_trial(spec, memory_cap_mb=cap))
+    grid = {
+        "micro_batch_size": list(space.micro_batch_sizes),
+        "ckpt_ratio": list(space.ckpt_ratios),
+        "fusion": list(space.fusion),
+    }
+    if n_trials >= space.size:
+        sampler: Any = optuna.samplers.GridSampler(grid, seed=seed)
+    else:
+        sampler = optuna.samplers.TPESampler(
+            seed=seed, constraints_func=lambda t: t.user_attrs.get("constraint", (1.0,))
+        )
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    result = TuneResult(memory_cap_mb)
+    seen: dict[tuple[int, float, bool], TrialRecord] = {}
+    failed: list[tuple[int, float, bool]] = []
+
+    def objective(trial: Any) -> float:
+        knobs = (
+            trial.suggest_categorical("micro_batch_size", grid["micro_batch_size"]),
+            trial.suggest_categorical("ckpt_ratio", grid["ckpt_ratio"]),
+            trial.suggest_categorical("fusion", grid["fusion"]),
+        )
+        if knobs in seen:  # TPE may propose a point twice; reuse the measurement
+            rec = seen[knobs]
+        elif _dominated(knobs, failed):
+            rec = TrialRecord(len(result.trials), *knobs, status="pruned", detail="dominated")
+        else:
+            spec = dataclasses.replace(
+                base, micro_batch_size=knobs[0], ckpt_ratio=knobs[1], fusion=knobs[2]
+            )
+            out = run(spec, memory_cap_mb)
+            rec = TrialRecord(
+                len(result.trials),
+                *knobs,
+                status=out.status,
+                samples_per_s=out.samples_per_s,
+                peak_memory_mb=out.peak_memory_mb,
+                step_time_s=out.step_time_s,
+                detail=out.detail,
+            )
+            if out.status in ("over_cap", "oom"):
+                failed.append(knobs)
+        if knobs not in seen:
+            seen[knobs] = rec
+            result.trials.append(rec)
+            if on_trial is not None:
+                on_trial(rec)
+        # Optuna's convention: a constraint value <= 0 is satisfied.
+        excess = (rec.peak_memory_mb - memory_cap_mb) if rec.peak_memory_mb is not None else 1.0
+        trial.set_user_attr("constraint", (excess if rec.feasible else max(excess, 1.0),))
+        return rec.samples_per_s if rec.feasible and rec.samples_per_s else 0.0
+
+    study.optimize(objective, n_trials=n_trials)
+    return result

@@ -1,0 +1,32 @@
+"""The schedule library: one module per model of `shoal.models`, each with a short
+tensor-parallel + activation-checkpointing (+ optional fusion) schedule.
+
+`apply_schedule(model, "gpt2", ckpt_ratio=0.5, group=tp_group)` mirrors Slapo's
+`model_schedule.apply_schedule`: it returns the `Schedule`, whose `.mod` is the scheduled model.
+Each per-model module exposes `schedule(sch, ...)`, the schedule lines themselves, and its own
+`apply_schedule(model, ...)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from torch import nn
+
+SCHEDULES = ("gpt2", "bert", "llama", "wideresnet")
+
+
+def apply_schedule(
+    model: nn.Module,
+    model_name: str,
+    *,
+    ckpt_ratio: float = 0.0,
+    fusion: bool = False,
+    group: Any = None,
+) -> Any:
+    """Apply the library schedule of `model_name` to `model`; returns the `Schedule`."""
+    if model_name not in SCHEDULES:
+        raise ValueError(f"no schedule for model {model_name!r}; known: {list(SCHEDULES)}")
+    module = importlib.import_module(f"shoal.schedule.model_schedule.{model_name}")
+    return module.apply_schedule(model, ckpt_ratio=ckpt_ratio, fusion=fusion, group=group)

@@ -1,0 +1,107 @@
+"""Seeding and the model-parallel RNG tracker, on CPU and GPU.
+
+`set_random_seed` seeds Python, NumPy and torch with an offset per data/pipeline rank and, when a
+tensor-parallel rank is given, registers a ``"model-parallel-rng"`` stream seeded differently
+per TP rank. `get_cuda_rng_tracker()` (name kept for Slapo programs) returns the tracker; its
+`fork()` runs a block on that stream - the CPU generator always, the current CUDA device's too
+when CUDA is in use - and restores the default stream afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random as _random
+from collections.abc import Iterator
+
+import torch
+
+MODEL_PARALLEL_RNG = "model-parallel-rng"
+_TP_SEED_OFFSET = 2718  # Megatron's constant: keeps the TP stream away from the default one
+
+
+def _cuda_on() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
+def _get_state() -> tuple[torch.Tensor, torch.Tensor | None]:
+    return torch.get_rng_state(), (torch.cuda.get_rng_state() if _cuda_on() else None)
+
+
+def _set_state(state: tuple[torch.Tensor, torch.Tensor | None]) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None and _cuda_on():
+        torch.cuda.set_rng_state(state[1])
+
+
+class RNGStatesTracker:
+    """Named RNG streams that can be swapped in for a block of code."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def reset(self) -> None:
+        self.states = {}
+
+    def get_states(self) -> dict:
+        return dict(self.states)
+
+    def set_states(self, states: dict) -> None:
+        self.states = dict(states)
+
+    def add(self, name: str, seed: int) -> None:
+        if name in self.states:
+            raise ValueError(f"RNG stream {name!r} already exists")
+        saved = _get_state()
+        torch.manual_seed(seed)  # seeds CPU and (lazily) every CUDA device
+        self.states[name] = _get_state()
+        _set_state(saved)
+
+    @contextlib.contextmanager
+    def fork(self, name: str = MODEL_PARALLEL_RNG) -> Iterator[None]:
+        if name not in self.states:
+            raise ValueError(f"RNG stream {name!r} was never added (call set_random_seed)")
+        saved = _get_state()
+        _set_state(self.states[name])
+        try:
+            yield
+        finally:
+            self.states[name] = _get_state()
+            _set_state(saved)
+
+
+_TRACKER = RNGStatesTracker()
+
+
+def get_cuda_rng_tracker() -> RNGStatesTracker:
+    """The process-wide tracker (works without CUDA despite the name)."""
+    return _TRACKER
+
+
+get_rng_tracker = get_cuda_rng_tracker
+
+
+def is_random_seed_set() -> bool:
+    return MODEL_PARALLEL_RNG in _TRACKER.states
+
+
+def set_random_seed(
+    seed: int,
+    dp_rank: int | None = None,
+    pp_rank: int | None = None,
+    tp_rank: int | None = None,
+    always_enable_tp_seed: bool = False,
+) -> int:
+    """Seed every generator; returns the seed used for the default stream."""
+    seed = seed + 100 * (pp_rank or 0) + 10 * (dp_rank or 0)
+    _random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # numpy is optional here
+        pass
+    torch.manual_seed(seed)
+    _TRACKER.reset()
+    if tp_rank is not None or always_enable_tp_seed:
+        _TRACKER.add(MODEL_PARALLEL_RNG, seed + _TP_SEED_OFFSET + (tp_rank or 0))
+    return seed
