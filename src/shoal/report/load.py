@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,9 +181,16 @@ def _parse_event(f: _Fields) -> MembershipEvent:
 def parse_metrics(
     lines: list[str], name: str
 ) -> tuple[tuple[Step, ...], tuple[MembershipEvent, ...]]:
-    """Parse the lines of a metrics file; `name` prefixes error messages (`name line N: ...`)."""
+    """Parse the lines of a metrics file; `name` prefixes error messages (`name line N: ...`).
+
+    `shoal run --resume` appends to the file from a new process whose clock starts at 0 again.
+    A step whose wall time is below the previous step's marks such a restart: it and every
+    later record are shifted by the time reached before it, so wall time stays monotonic.
+    """
     steps: list[Step] = []
     events: list[MembershipEvent] = []
+    offset = 0.0
+    last_step_wall: float | None = None  # after shifting
     for number, line in enumerate(lines, start=1):
         where = f"{name} line {number}"
         if not line.strip():
@@ -197,9 +204,18 @@ def parse_metrics(
         f = _Fields(obj, where)
         kind = f.str_("kind", required=True)
         if kind == "step":
-            steps.append(_parse_step(f))
+            step = _parse_step(f)
+            if step.wall_time_s is not None:
+                if last_step_wall is not None and step.wall_time_s + offset < last_step_wall:
+                    offset = last_step_wall
+                step = replace(step, wall_time_s=step.wall_time_s + offset)
+                last_step_wall = step.wall_time_s
+            steps.append(step)
         elif kind == "membership":
-            events.append(_parse_event(f))
+            event = _parse_event(f)
+            if event.wall_time_s is not None and offset:
+                event = replace(event, wall_time_s=event.wall_time_s + offset)
+            events.append(event)
         # other kinds: written by a newer runtime; nothing in the report depends on them
     return tuple(steps), tuple(events)
 

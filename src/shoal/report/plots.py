@@ -42,6 +42,13 @@ def _figure(height_in: float) -> Any:
     return Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout="constrained")
 
 
+def _integer_steps(ax: Any) -> None:
+    """Steps are whole numbers: no tick at step 2.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _no_data(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="#666")
     ax.set_xticks([])
@@ -108,6 +115,7 @@ def plot_loss(run: Run, path: Path) -> None:
         ax.plot([p[0] for p in points], [p[1] for p in points], color="#333", linewidth=1.5)
         _event_lines(ax, _changes_by_step(run))
         ax.set_xlabel("step")
+        _integer_steps(ax)
         ax.set_ylabel("loss")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -142,6 +150,8 @@ def plot_throughput(run: Run, timeline: Timeline, path: Path) -> None:
         ax.plot(xs, ys, color="#333", linewidth=1.5, marker=".", markersize=3)
         _event_lines(ax, marks)
         ax.set_xlabel("wall time (s)" if by_wall else "step")
+        if not by_wall:
+            _integer_steps(ax)
         ax.set_ylabel("samples/s")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -190,6 +200,7 @@ def plot_share(run: Run, path: Path) -> None:
         ax.set_xlim(xs[0], xs[-1])
         ax.set_ylim(0, 1)
         ax.set_xlabel("step")
+        _integer_steps(ax)
         ax.set_ylabel("share of micro-batches")
         fig.legend(loc="outside right upper", fontsize="small", title="worker")
     ax.set_title("Micro-batch share per worker")

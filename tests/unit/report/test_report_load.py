@@ -100,3 +100,19 @@ def test_bad_result_json(write_metrics):
     (directory / "result.json").write_text('{"final_step": "ten"}')
     with pytest.raises(UserError, match="'final_step' must be an integer"):
         load_run(directory)
+
+
+def test_resumed_run_keeps_wall_time_monotonic(write_metrics):
+    # `shoal run --resume` appends from a new process whose clock starts again at 0
+    directory = write_metrics(
+        [
+            {"kind": "step", "step": 0, "wall_time_s": 1.0},
+            {"kind": "step", "step": 1, "wall_time_s": 2.0, "redone": 0},
+            {"kind": "step", "step": 2, "wall_time_s": 0.5},
+            {"kind": "membership", "event": "join", "worker": "w1", "wall_time_s": 0.7},
+            {"kind": "step", "step": 3, "wall_time_s": 1.5},
+        ]
+    )
+    run = load_run(directory)
+    assert [s.wall_time_s for s in run.steps] == [1.0, 2.0, 2.5, 3.5]
+    assert run.events[0].wall_time_s == 2.7
