@@ -59,7 +59,7 @@ def _event_lines(ax: Any, positions: list[tuple[str, float]]) -> None:
     """Faint vertical lines at membership changes; one legend entry per kind present."""
     labelled: set[str] = set()
     for kind, x in positions:
-        marker, color, label = EVENT_STYLE[kind]
+        _, color, label = EVENT_STYLE[kind]
         ax.axvline(
             x,
             color=color,
