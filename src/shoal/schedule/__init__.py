@@ -6,13 +6,16 @@ returns the optimized model. Everything runs on CPU (gloo) as well as on GPUs; s
 docs/schedule.md for what maps onto which PyTorch 2.x piece.
 """
 
-from . import op, pattern, primitives, random, sharding
+from . import op, pattern, pipeline, primitives, random, sharding
+from .build import build, consolidate_model, init_empty_weights
 from .checkpoint import CheckPointWrapper, checkpoint
 from .errors import ScheduleError, SchedulePathError, VerificationError
+from .logger import get_logger
 from .pattern import ModulePattern, Pattern, call_module
 from .primitives.base import Primitive, list_primitives, register_primitive
 from .random import get_cuda_rng_tracker, get_rng_tracker, is_random_seed_set, set_random_seed
 from .schedule import Schedule, create_schedule
+from .verify import Verify
 
 __all__ = [
     "CheckPointWrapper",
@@ -23,6 +26,12 @@ __all__ = [
     "ScheduleError",
     "SchedulePathError",
     "VerificationError",
+    "Verify",
+    "build",
+    "consolidate_model",
+    "get_logger",
+    "init_empty_weights",
+    "pipeline",
     "call_module",
     "checkpoint",
     "create_schedule",

@@ -115,6 +115,13 @@ def trace_until(
         return True
     leaf_ids: set[int] = set()
     for path in [paths] if isinstance(paths, str) else list(paths):
+        if path not in sch:  # a module list ("h") has no schedule of its own
+            try:
+                container = sch.get_module(path)
+            except AttributeError:
+                raise schedule_error("trace_until", path, "no such submodule") from None
+            leaf_ids.update(id(m) for m in container.children())
+            continue
         target = sch[path]
         leaf_ids.update(id(c.mod) for c in target.child.values())
         if not target.child:

@@ -1,5 +1,6 @@
 """Tensor-parallel sharding: collectives, conjugate autograd ops, layouts and reshard strings."""
 
+from .embedding import gen_embedding_hooks, vocab_parallel_embedding_hooks
 from .reshard_ops import reshard_fn
 from .sync_ops import (
     all_gather_forward_output,
@@ -13,6 +14,8 @@ from .sync_ops import (
 
 __all__ = [
     "all_gather_forward_output",
+    "gen_embedding_hooks",
+    "vocab_parallel_embedding_hooks",
     "all_to_all_forward",
     "reduce_backward_grad",
     "reduce_backward_input",

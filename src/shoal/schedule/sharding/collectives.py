@@ -96,3 +96,8 @@ def all_to_all_along(
     outputs = [torch.empty_like(inputs[0]) for _ in range(ws)]
     dist.all_to_all(outputs, inputs, group=group)
     return torch.cat(outputs, dim=gather_dim).contiguous()
+
+
+def first_rank(group: Any = None) -> int:
+    """Global rank of the group's first member (the broadcast source)."""
+    return 0 if group is None else dist.get_global_rank(group, 0)

@@ -1,0 +1,117 @@
+"""`Verify`: check numerically that the schedule applied in a block preserves the model.
+
+On entry the model is copied. On exit the copy's weights are broadcast from the group's first
+rank and loaded into the scheduled model (sliced along the recorded shard axis for sharded
+parameters), then both run `example_inputs` from the same seed and their outputs must match.
+Any mismatch raises `VerificationError` (an `AssertionError`, as in Slapo).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .errors import VerificationError
+from .random import set_random_seed
+from .sharding import collectives
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
+
+_SEED = 2023
+
+
+def _first_tensor(value: Any) -> Any:
+    if isinstance(value, tuple | list) and value:
+        return _first_tensor(value[0])
+    if isinstance(value, dict) and value:
+        return _first_tensor(next(iter(value.values())))
+    return value
+
+
+class Verify:
+    """Context manager; see the module docstring."""
+
+    def __init__(
+        self,
+        sch: Schedule,
+        example_inputs: Sequence[Any],
+        device: torch.device | str | None = None,
+        eval_mode: bool = True,
+        enable: bool = True,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> None:
+        self.sch = sch
+        self.example_inputs = list(example_inputs)
+        self.device = device
+        self.eval_mode = eval_mode
+        self.enable = enable
+        self.tol = {} if rtol is None and atol is None else {"rtol": rtol, "atol": atol}
+
+    def __enter__(self) -> Verify:
+        if not self.enable:
+            return self
+        model = self.sch.mod
+        self.original = copy.deepcopy(model)
+        copies = dict(self.original.named_parameters(remove_duplicate=False))
+        # strong references keep ids unique while the block runs
+        self._keep = list(model.parameters())
+        self._src = {
+            id(p): copies[name] for name, p in model.named_parameters(remove_duplicate=False)
+        }
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        if exc_type is not None or not self.enable:
+            return False
+        model = self.sch.mod
+        group, world = self.sch.group, self.sch.world_size
+        distributed = dist.is_available() and dist.is_initialized() and world > 1
+        device = torch.device(self.device) if self.device else _device_of(model)
+        self.original.to(device)
+        with torch.no_grad():
+            if distributed:
+                for p in self.original.parameters():
+                    dist.broadcast(p.data, src=collectives.first_rank(group), group=group)
+            for p in model.parameters():
+                src = self._src.get(getattr(p, "shard_source_id", id(p)), self._src.get(id(p)))
+                if src is None:
+                    continue
+                value = src.data
+                axis = getattr(p, "shard_axis", None)
+                if axis is not None and value.shape != p.shape:
+                    value = value.chunk(world, dim=axis)[self.sch.rank]
+                if value.shape == p.shape:
+                    p.data.copy_(value)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in self.example_inputs]
+        was_training = model.training
+        for m in (self.original, model):
+            m.train(not self.eval_mode)
+        set_random_seed(_SEED)
+        expected = _first_tensor(self.original(*inputs))
+        set_random_seed(_SEED)
+        actual = _first_tensor(model(*inputs))
+        model.train(was_training)
+        self._keep = []
+        try:
+            torch.testing.assert_close(actual, expected, **self.tol)
+        except AssertionError as err:
+            where = self.sch.path or "<root>"
+            raise VerificationError(
+                f"Verify on '{where}': the scheduled model's output differs from the "
+                f"original's: {str(err).splitlines()[0]} {str(err).splitlines()[-1]}"
+            ) from None
+        return False
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    for p in model.parameters():
+        if not p.is_meta:
+            return p.device
+    return torch.device("cpu")
