@@ -26,11 +26,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, module: str, port: int, out_dir: str) -> None:
+def _worker(rank: int, modules: list[str], port: int, out_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE, timeout=timedelta(seconds=60))
-    cases = __import__(module).CASES
+    cases = {k: v for m in modules for k, v in __import__(m).CASES.items()}
     results = {}
     for name, fn in cases.items():
         try:
@@ -45,10 +45,10 @@ def _worker(rank: int, module: str, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def run_cases(module: str) -> dict[str, list[str]]:
+def run_cases(modules: list[str]) -> dict[str, list[str]]:
     """Spawn the ranks; returns case name -> per-rank result ("ok" or a traceback)."""
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(module, free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
+        mp.spawn(_worker, args=(modules, free_port(), out_dir), nprocs=WORLD_SIZE, join=True)
         per_rank = []
         for rank in range(WORLD_SIZE):
             with open(os.path.join(out_dir, f"rank{rank}.json")) as fh:

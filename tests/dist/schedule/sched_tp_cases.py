@@ -1,4 +1,4 @@
-"""Tensor-parallel cases (run inside 2 gloo processes by test_schedule_tp.py).
+"""Tensor-parallel cases (run inside 2 gloo processes by test_schedule_dist.py).
 
 Every case builds a tiny model, keeps an unscheduled copy, schedules the other, runs forward and
 backward on both with the same input and compares outputs and gradients (sharded gradients

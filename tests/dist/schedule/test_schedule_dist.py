@@ -1,0 +1,44 @@
+"""Schedules in 2 gloo processes, compared numerically with the unscheduled model.
+
+One spawn runs every case (process start-up dominates on a small CPU box): tensor parallelism
+(`sched_tp_cases`) and a 2-stage pipeline (`sched_pipeline_cases`).
+"""
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))  # the case modules live beside this file
+from sched_dist_harness import run_cases  # noqa: E402
+
+pytestmark = pytest.mark.dist
+
+CASES = [
+    "column_linear",
+    "row_linear",
+    "tp_mlp",
+    "tp_attention",
+    "vocab_embedding",
+    "sequence_parallel",
+    "verify_passes",
+    "verify_catches_missing_sync",
+    "bad_schedules_raise",
+    "pipeline_gpipe",
+    "pipeline_1f1b",
+]
+
+
+@pytest.fixture(scope="module")
+def results():
+    return run_cases(["sched_tp_cases", "sched_pipeline_cases"])
+
+
+def test_every_case_is_listed(results):
+    assert sorted(results) == sorted(CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(results, case):
+    for rank, outcome in enumerate(results[case]):
+        assert outcome == "ok", f"rank {rank}:\n{outcome}"
