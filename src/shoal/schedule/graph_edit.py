@@ -39,6 +39,11 @@ def normalize_matches(target_ops: Any, primitive: str, path: str) -> list[Match]
     if not ops:
         raise schedule_error(primitive, path, "no target ops given (did find() match nothing?)")
     if all(isinstance(op, tuple) for op in ops):
+        # a flat list of nodes is one subgraph if its nodes feed each other (a find(pattern)
+        # match), and parallel single-node targets if they are independent (find(regex))
+        nodes = {n for _, n in ops}
+        if any(set(n.all_input_nodes) & nodes for _, n in ops):
+            return [ops]
         return [[op] for op in ops]
     if all(isinstance(op, list) and op for op in ops):
         return ops
@@ -83,7 +88,10 @@ def extract_subgraph(gm: fx.GraphModule, nodes: list[fx.Node]) -> fx.GraphModule
 
 def check_arity(fn: Callable, num_inputs: int, primitive: str, path: str) -> None:
     """`fn` must accept exactly `num_inputs` arguments (its required ones at least)."""
-    params = list(inspect.signature(fn).parameters.values())
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # builtins without a signature: nothing to check
+        return
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
     variadic = any(p.kind == p.VAR_POSITIONAL for p in params)

@@ -65,8 +65,6 @@ class FusePrimitive(Primitive):
         sch: Any, subgraph: Any, compiler: str | None = "TorchScript", name: str = "FusedModule"
     ) -> nn.Module:
         matches = normalize_matches(subgraph, "fuse", sch.path)
-        if len(matches) > 1 and all(len(m) == 1 for m in matches):
-            matches = [[op for m in matches for op in m]]  # a list of nodes is one subgraph
         if len(matches) != 1 or len(matches[0]) < 2:
             raise schedule_error("fuse", sch.path, "needs one subgraph of at least 2 nodes")
         gm = sch.get_module(matches[0][0][0])
