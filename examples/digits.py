@@ -1,12 +1,15 @@
 """A small CNN with BatchNorm and Dropout on scikit-learn's digits (8x8 images, 10 classes).
 
-    shoal run examples/digits.py --workers v100,k80,k80 --steps 30 --out runs/digits
-    torchrun --nproc-per-node 2 -m shoal.worker examples/digits.py --steps 30 --out runs/t
+shoal run examples/digits.py --workers v100,k80,k80 --steps 30 --out runs/digits
+torchrun --nproc-per-node 2 -m shoal.worker examples/digits.py --steps 30 --out runs/t
 """
 
+import importlib.util
+import pathlib
+
+import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits
 from torch import nn
 
 import shoal
@@ -30,13 +33,22 @@ def make_model() -> nn.Module:
     )
 
 
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits, read from the CSV inside its wheel (importing sklearn is slow)."""
+    root = pathlib.Path(importlib.util.find_spec("sklearn").submodule_search_locations[0])
+    table = np.loadtxt(root / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
 def loss_fn(model: nn.Module, batch) -> torch.Tensor:
     images, labels = batch
     return F.cross_entropy(model(images), labels)
 
 
-def make_job(micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0) -> shoal.Job:
-    x, y = load_digits(return_X_y=True)
+def make_job(
+    micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0, workload=None
+) -> shoal.Job:
+    x, y = load_digits()
     images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
     dataset = torch.utils.data.TensorDataset(images, torch.tensor(y))
     return shoal.Job(
@@ -47,6 +59,7 @@ def make_job(micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0) -> shoa
         micro_batch_size=micro_batch_size,
         global_batch_size=global_batch_size,
         seed=seed,
+        workload=workload,
     )
 
 

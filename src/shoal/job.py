@@ -39,9 +39,7 @@ class Job:
         if not isinstance(B, int) or B < 1:
             raise UserError(f"global_batch_size must be a positive integer, got {B!r}")
         if B % b:
-            raise UserError(
-                f"global_batch_size {B} is not a multiple of micro_batch_size {b}"
-            )
+            raise UserError(f"global_batch_size {B} is not a multiple of micro_batch_size {b}")
         for name in ("model", "optimizer", "loss_fn"):
             if not callable(getattr(self, name)):
                 raise UserError(f"Job.{name} must be callable")

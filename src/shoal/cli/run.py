@@ -11,7 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="train a job file on local workers of emulated device kinds")
     add_run_arguments(p)
     p.add_argument(
-        "--workers", required=True, metavar="SPEC",
+        "--workers",
+        required=True,
+        metavar="SPEC",
         help="device kinds, one per worker: e.g. v100,k80,k80 or 2xv100,k80",
     )
     p.set_defaults(func=_run)
@@ -22,9 +24,15 @@ def _run(args: argparse.Namespace) -> int:
     from shoal.launcher.local import RunSpec, run_local
 
     spec = RunSpec(
-        job=args.job, kinds=load_catalog().parse_workers(args.workers), steps=args.steps,
-        out=args.out, consistency=args.consistency, seed=args.seed, options=args.option,
-        replan_every=args.replan_every, threads=args.threads,
+        job=args.job,
+        kinds=load_catalog().parse_workers(args.workers),
+        steps=args.steps,
+        out=args.out,
+        consistency=args.consistency,
+        seed=args.seed,
+        options=args.option,
+        replan_every=args.replan_every,
+        threads=args.threads,
     )
     result = run_local(spec)
     print(

@@ -1,4 +1,4 @@
-"""The device catalog: which GPU kinds exist, how fast they are relative to each other, what they cost.
+"""The device catalog: which GPU kinds exist, how fast they are relative to each other, their cost.
 
 The catalog is data, not code: `shoal/data/devices.json` lists the kinds (memory, prices) and
 points each at its measured throughputs in `shoal/data/gavel/throughputs.json` (Gavel, OSDI'20,

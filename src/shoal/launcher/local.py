@@ -44,9 +44,19 @@ class RunSpec:
     threads: int = 1
 
     def worker_args(self) -> list[str]:
-        args = [self.job, "--steps", str(self.steps), "--out", self.out,
-                "--consistency", self.consistency, "--replan-every", str(self.replan_every),
-                "--threads", str(self.threads)]
+        args = [
+            self.job,
+            "--steps",
+            str(self.steps),
+            "--out",
+            self.out,
+            "--consistency",
+            self.consistency,
+            "--replan-every",
+            str(self.replan_every),
+            "--threads",
+            str(self.threads),
+        ]
         if self.seed is not None:
             args += ["--seed", str(self.seed)]
         for opt in self.options:
@@ -87,8 +97,12 @@ def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
     for rank in range(world):
         env = dict(os.environ)
         env.update(
-            RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), SHOAL_QUIET="1",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE=str(world),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            SHOAL_QUIET="1",
             SHOAL_WORKER_KINDS=",".join(spec.kinds),
             SHOAL_WORKER_PRIORS=",".join(f"{p:.6g}" for p in priors),
             SHOAL_SLOWDOWN=f"{slowdowns[rank]:.6g}",

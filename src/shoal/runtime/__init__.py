@@ -1,1 +1,4 @@
-"""The torch runtime: worker loop, exact reduction, state, checkpoints (the only torch.distributed code)."""
+"""The torch runtime: worker loop, exact reduction, state and checkpoints.
+
+This is the only package that uses torch.distributed.
+"""

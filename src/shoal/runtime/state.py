@@ -14,13 +14,13 @@ from typing import Any
 import torch
 
 
-def _feed_tensor(h: "hashlib._Hash", name: str, t: torch.Tensor) -> None:
+def _feed_tensor(h: hashlib._Hash, name: str, t: torch.Tensor) -> None:
     t = t.detach().cpu().contiguous()
     h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
     h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
-def _feed_obj(h: "hashlib._Hash", name: str, obj: Any) -> None:
+def _feed_obj(h: hashlib._Hash, name: str, obj: Any) -> None:
     if isinstance(obj, torch.Tensor):
         _feed_tensor(h, name, obj)
     elif isinstance(obj, dict):

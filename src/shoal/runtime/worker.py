@@ -35,12 +35,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--consistency", choices=["exact", "fast"], default="exact")
     p.add_argument("--seed", type=int, default=None, help="override the job's seed")
     p.add_argument(
-        "--option", "-o", action="append", default=[], metavar="KEY=VALUE",
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="passed to make_job (repeatable)",
     )
     p.add_argument("--replan-every", type=int, default=5, help="re-plan every N steps")
     p.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="intra-op threads per worker (pinned: kernels may sum differently per thread count)",
     )
 
@@ -48,8 +54,15 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def job_fingerprint(job_path: str, options: dict, job, consistency: str, model) -> str:
     shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
     blob = json.dumps(
-        [pathlib.Path(job_path).name, sorted(options.items()), job.micro_batch_size,
-         job.global_batch_size, job.seed, consistency, shapes],
+        [
+            pathlib.Path(job_path).name,
+            sorted(options.items()),
+            job.micro_batch_size,
+            job.global_batch_size,
+            job.seed,
+            consistency,
+            shapes,
+        ],
         default=repr,
     )
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -67,8 +80,13 @@ def step_metrics(rec: StepRecord, trainer: Trainer, kinds: list[str], wall_s: fl
         "wall_time_s": wall_s,
         "redone": rec.redone,
         "workers": [
-            {"id": f"w{r}", "rank": r, "device": kinds[r], "micro_batches": n,
-             "micro_batch_time_s": t}
+            {
+                "id": f"w{r}",
+                "rank": r,
+                "device": kinds[r],
+                "micro_batches": n,
+                "micro_batch_time_s": t,
+            }
             for r, (n, t) in enumerate(
                 zip(rec.micro_batches, rec.seconds_per_micro_batch, strict=True)
             )
@@ -92,8 +110,9 @@ def main(args: argparse.Namespace) -> int:
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=120))
     options = parse_options(args.option)
     job = build_job(load_job_file(args.job), options, args.seed)
-    trainer = Trainer(job, rank, world, args.consistency, device, priors or None, pacer,
-                      args.replan_every)
+    trainer = Trainer(
+        job, rank, world, args.consistency, device, priors or None, pacer, args.replan_every
+    )
     out = prepare_out_dir(args.out) if rank == 0 else pathlib.Path(args.out)
     quiet = os.environ.get("SHOAL_QUIET") == "1"
     writer = MetricsWriter(out) if rank == 0 else None
@@ -114,16 +133,19 @@ def main(args: argparse.Namespace) -> int:
             progress.close()
         fp = job_fingerprint(args.job, options, job, args.consistency, trainer.model)
         ckpt = save_checkpoint(str(out / "checkpoints"), trainer.step, training_state(trainer), fp)
-        write_json_atomic(out / "result.json", {
-            "final_step": trainer.step,
-            "state_sha256": digest,
-            "wall_time_s": wall_s,
-            "samples_per_s": trainer.samples_seen / wall_s,
-            "consistency": args.consistency,
-            "workers": kinds,
-            "checkpoint": ckpt,
-            "fingerprint": fp,
-        })
+        write_json_atomic(
+            out / "result.json",
+            {
+                "final_step": trainer.step,
+                "state_sha256": digest,
+                "wall_time_s": wall_s,
+                "samples_per_s": trainer.samples_seen / wall_s,
+                "consistency": args.consistency,
+                "workers": kinds,
+                "checkpoint": ckpt,
+                "fingerprint": fp,
+            },
+        )
     if world > 1:
         dist.destroy_process_group()
     return 0

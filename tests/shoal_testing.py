@@ -1,0 +1,40 @@
+"""Helpers shared by the multi-process tests (importable as `shoal_testing`)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DIGITS = str(ROOT / "examples" / "digits.py")
+
+
+def shoal_run(out: pathlib.Path, workers: str, steps: int, *extra: str, job: str = DIGITS) -> dict:
+    """Run `shoal run` in a real subprocess; return result.json."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "shoal",
+        "run",
+        job,
+        "--workers",
+        workers,
+        "--steps",
+        str(steps),
+        "--out",
+        str(out),
+        *extra,
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "result.json").read_text())
+
+
+def metrics(out: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def free_port() -> int:
+    from shoal.launcher.local import free_port as fp
+
+    return fp()

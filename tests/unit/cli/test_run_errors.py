@@ -1,0 +1,77 @@
+"""Bad input to `shoal run` is one line on stderr and exit code 2, before any worker starts."""
+
+import pathlib
+
+import pytest
+
+from shoal.cli import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+DIGITS = str(ROOT / "examples" / "digits.py")
+
+
+def run(capsys, *argv):
+    code = main(["run", *argv])
+    err = capsys.readouterr().err
+    return code, err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["-o", "global_batch_size=60"], "not a multiple of micro_batch_size"),
+        (["-o", "micro_batch_size=4000", "-o", "global_batch_size=4000"], "fewer than one micro"),
+        (["-o", "no_such_option=1"], "does not take option"),
+    ],
+)
+def test_bad_job_options(capsys, tmp_path, extra, needle):
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path), *extra
+    )
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_unknown_device_kind(capsys, tmp_path):
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100,tpu9", "--steps", "2", "--out", str(tmp_path)
+    )
+    assert code == 2 and "unknown device kind 'tpu9'" in err and err.count("\n") == 1
+
+
+def test_job_file_without_make_job(capsys, tmp_path):
+    job = tmp_path / "nojob.py"
+    job.write_text("x = 1\n")
+    code, err = run(
+        capsys, str(job), "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o")
+    )
+    assert code == 2 and "does not define make_job" in err and err.count("\n") == 1
+
+
+def test_missing_job_file(capsys, tmp_path):
+    code, err = run(
+        capsys,
+        str(tmp_path / "nope.py"),
+        "--workers",
+        "v100",
+        "--steps",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 2 and "does not exist" in err
+
+
+def test_unwritable_out(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(blocker / "sub")
+    )
+    assert code == 2 and "cannot write to --out" in err and err.count("\n") == 1
+
+
+def test_bad_flag_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", DIGITS, "--steps", "x"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

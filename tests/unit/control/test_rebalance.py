@@ -1,0 +1,15 @@
+from shoal.control import Rebalancer, SpeedEstimator
+
+
+def test_unmeasured_workers_are_scaled_from_their_prior():
+    est = SpeedEstimator([1.0, 3.0])
+    est.observe(0, 0.02)
+    assert est.estimates_s() == [0.02, 0.06]
+
+
+def test_replanning_follows_measured_speed():
+    reb = Rebalancer(8, SpeedEstimator([1.0, 1.0], smoothing=1.0), replan_every=2)
+    assert reb.plan.counts == (4, 4)
+    plan = reb.after_step(0, [0.01, 0.03])  # worker 1 turns out 3x slower
+    assert plan.counts == (6, 2)
+    assert reb.after_step(1, [None, None]).counts == (6, 2)  # no measurement: estimates kept

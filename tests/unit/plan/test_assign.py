@@ -1,0 +1,65 @@
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shoal.errors import UserError
+from shoal.plan import makespan, plan_micro_batches
+
+
+def brute_force(m, times, caps):
+    best = math.inf
+    ranges = [range(0, min(m, c if c is not None else m) + 1) for c in caps]
+    for counts in itertools.product(*ranges):
+        if sum(counts) == m and all(t < math.inf or n == 0 for n, t in zip(counts, times)):
+            best = min(best, makespan(counts, times))
+    return best
+
+
+times_st = st.lists(
+    st.one_of(st.floats(0.1, 10.0), st.just(math.inf), st.sampled_from([1.0, 2.0, 3.0])),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(m=st.integers(0, 9), times=times_st, data=st.data())
+def test_plan_is_optimal_against_brute_force(m, times, data):
+    caps = data.draw(
+        st.lists(st.one_of(st.none(), st.integers(0, 5)), min_size=len(times), max_size=len(times))
+    )
+    expected = brute_force(m, times, caps)
+    if expected == math.inf:
+        with pytest.raises(UserError):
+            plan_micro_batches(m, times, caps)
+        return
+    plan = plan_micro_batches(m, times, caps)
+    assert plan.num_micro_batches == m
+    assert all(c is None or n <= c for n, c in zip(plan.counts, caps))
+    assert all(n == 0 for n, t in zip(plan.counts, times) if t == math.inf)
+    assert makespan(plan.counts, times) == pytest.approx(expected)
+
+
+def test_fewer_micro_batches_than_workers_and_deterministic_ties():
+    plan = plan_micro_batches(2, [1.0, 1.0, 1.0, 1.0])
+    assert plan.counts == (1, 1, 0, 0)  # ties go to the lower rank
+    assert plan_micro_batches(2, [1.0] * 4) == plan
+
+
+def test_heterogeneous_split_and_indices():
+    plan = plan_micro_batches(8, [1.0, 3.0])
+    assert plan.counts == (6, 2)
+    assert list(plan.indices(0)) == list(range(6)) and list(plan.indices(1)) == [6, 7]
+    assert plan.owner(0) == 0 and plan.owner(7) == 1
+
+
+def test_worker_that_can_take_nothing():
+    assert plan_micro_batches(3, [math.inf, 2.0]).counts == (0, 3)
+    assert plan_micro_batches(3, [1.0, 1.0], caps=[0, None]).counts == (0, 3)
+    with pytest.raises(UserError):
+        plan_micro_batches(3, [1.0, 1.0], caps=[1, 1])
+    with pytest.raises(ValueError):
+        plan_micro_batches(3, [0.0, 1.0])
