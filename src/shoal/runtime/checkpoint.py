@@ -100,14 +100,14 @@ def load_latest(url: str, fingerprint: str) -> tuple[int, dict] | None:
         except (OSError, ValueError) as exc:
             warnings.warn(f"skipping checkpoint {manifest_path}: unreadable ({exc})", stacklevel=2)
             continue
-        if manifest.get("fingerprint") != fingerprint:
+        theirs = str(manifest.get("fingerprint"))
+        if theirs != fingerprint:
             raise UserError(
                 f"checkpoint {manifest_path} belongs to a different job "
-                f"(fingerprint {str(manifest.get('fingerprint'))[:12]}, expected {fingerprint[:12]})"
+                f"(fingerprint {theirs[:12]}, expected {fingerprint[:12]})"
             )
-        if len(data) != manifest.get("bytes") or hashlib.sha256(data).hexdigest() != manifest.get(
-            "sha256"
-        ):
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != manifest.get("bytes") or digest != manifest.get("sha256"):
             warnings.warn(
                 f"skipping checkpoint {manifest_path}: checksum mismatch (truncated or corrupted)",
                 stacklevel=2,
