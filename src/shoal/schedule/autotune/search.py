@@ -125,9 +125,7 @@ def tune(
     if n_trials >= space.size:
         sampler: Any = optuna.samplers.GridSampler(grid, seed=seed)
     else:
-        sampler = optuna.samplers.TPESampler(
-            seed=seed, constraints_func=lambda t: t.user_attrs.get("constraint", (1.0,))
-        )
+        sampler = optuna.samplers.TPESampler(seed=seed)  # reads the trials' set_constraint
     study = optuna.create_study(direction="maximize", sampler=sampler)
     result = TuneResult(memory_cap_mb)
     seen: dict[tuple[int, float, bool], TrialRecord] = {}
@@ -166,7 +164,7 @@ def tune(
                 on_trial(rec)
         # Optuna's convention: a constraint value <= 0 is satisfied.
         excess = (rec.peak_memory_mb - memory_cap_mb) if rec.peak_memory_mb is not None else 1.0
-        trial.set_user_attr("constraint", (excess if rec.feasible else max(excess, 1.0),))
+        trial.set_constraint("peak_over_cap_mb", excess if rec.feasible else max(excess, 1.0))
         return rec.samples_per_s if rec.feasible and rec.samples_per_s else 0.0
 
     study.optimize(objective, n_trials=n_trials)
