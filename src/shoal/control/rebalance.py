@@ -6,7 +6,9 @@ this with the same observations (they travel in the step's one collective), so a
 the next plan without another message. Re-planning only moves work: it never changes the math.
 
 A worker that has not been measured yet (new, or given nothing) is estimated from its prior
-(the catalog's relative speed), scaled to seconds by the workers that were measured.
+(the catalog's relative speed), scaled to seconds by the workers that were measured. A worker
+left idle for `stale_after` steps forgets its measurement, so one slow spell on a shared
+machine cannot starve it for the rest of the run: it is handed work again and re-measured.
 """
 
 from __future__ import annotations
@@ -22,16 +24,24 @@ from shoal.plan import Plan, plan_micro_batches
 class SpeedEstimator:
     prior_s: list[float]  # relative time per micro-batch (any unit), one per worker
     smoothing: float = 0.3  # weight of the newest observation
+    stale_after: int = 20  # idle steps after which a measurement is forgotten
     measured_s: list[float | None] = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0 < self.smoothing <= 1:
             raise ValueError("smoothing must be in (0, 1]")
         self.measured_s = [None] * len(self.prior_s)
+        self.idle_steps = [0] * len(self.prior_s)
+
+    def observe_idle(self, rank: int) -> None:
+        self.idle_steps[rank] += 1
+        if self.idle_steps[rank] >= self.stale_after:
+            self.measured_s[rank], self.idle_steps[rank] = None, 0
 
     def observe(self, rank: int, seconds_per_micro_batch: float) -> None:
         if not (seconds_per_micro_batch > 0 and math.isfinite(seconds_per_micro_batch)):
             return
+        self.idle_steps[rank] = 0
         old = self.measured_s[rank]
         a = self.smoothing
         self.measured_s[rank] = (
@@ -62,7 +72,9 @@ class Rebalancer:
     def after_step(self, step: int, per_worker_s: Sequence[float | None]) -> Plan:
         """Record this step's measured times; return the plan for the next step."""
         for rank, t in enumerate(per_worker_s):
-            if t is not None:
+            if t is None:
+                self.estimator.observe_idle(rank)
+            else:
                 self.estimator.observe(rank, t)
         if (step + 1) % self.replan_every == 0 or step == 0:
             self.plan = self.current()

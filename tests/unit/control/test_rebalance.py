@@ -13,3 +13,12 @@ def test_replanning_follows_measured_speed():
     plan = reb.after_step(0, [0.01, 0.03])  # worker 1 turns out 3x slower
     assert plan.counts == (6, 2)
     assert reb.after_step(1, [None, None]).counts == (6, 2)  # no measurement: estimates kept
+
+
+def test_an_idle_worker_is_probed_again():
+    est = SpeedEstimator([1.0, 1.0], smoothing=1.0, stale_after=3)
+    reb = Rebalancer(4, est, replan_every=1)
+    assert reb.after_step(0, [0.01, 1.0]).counts == (4, 0)  # a slow spell on worker 1
+    for step in (1, 2):
+        assert reb.after_step(step, [0.01, None]).counts == (4, 0)
+    assert reb.after_step(3, [0.01, None]).counts == (2, 2)  # forgotten: probed again
