@@ -126,6 +126,10 @@ def build(
     """
     if any(t.is_meta for t in [*sch.mod.parameters(), *sch.mod.buffers()]):
         consolidate_model(sch, init_weights, kwargs.get("device"))
+    if sch.backend == "dtensor":
+        from .sharding.dtensor import apply_dtensor_plans
+
+        apply_dtensor_plans(sch)
     if target is None:
         return sch.mod, None
     if target == "pipeline":

@@ -64,8 +64,14 @@ class Schedule:
         path: str = "",
         parent: Schedule | None = None,
         group: Any = None,
+        backend: str = "native",
     ) -> None:
+        if backend not in ("native", "dtensor"):
+            raise ValueError(
+                f"create_schedule: backend must be 'native' or 'dtensor', not {backend!r}"
+            )
         self.mod = mod
+        self.backend = parent.backend if parent is not None else backend
         self.name = name
         self.path = path
         self.parent = parent
@@ -102,7 +108,7 @@ class Schedule:
                 prev._refresh_children()
                 self.child[name] = prev
             else:
-                self.child[name] = Schedule(sub, name, path, self, self.group)
+                self.child[name] = Schedule(sub, name, path, self, self.group, self.backend)
 
     def _replace_module(self, new: nn.Module) -> None:
         """Swap `self.mod` for `new` in place (same name in the parent), moving the hooks."""
@@ -232,6 +238,11 @@ def create_schedule(
     path: str = "",
     parent: Schedule | None = None,
     group: Any = None,
+    backend: str = "native",
 ) -> Schedule:
-    """Wrap `root` in a schedule tree; `group` is the tensor-parallel process group."""
-    return Schedule(root, name, path, parent, group)
+    """Wrap `root` in a schedule tree; `group` is the tensor-parallel process group.
+
+    `backend="dtensor"` records `shard`/`sync` and lowers them to DTensor tensor-parallel styles
+    in `build` (see `sharding.dtensor`); the default applies them at once with plain tensors.
+    """
+    return Schedule(root, name, path, parent, group, backend)

@@ -19,6 +19,7 @@ from torch import nn
 from .errors import VerificationError
 from .random import set_random_seed
 from .sharding import collectives
+from .sharding.dtensor import apply_dtensor_plans
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -65,11 +66,14 @@ class Verify:
         self._src = {
             id(p): copies[name] for name, p in model.named_parameters(remove_duplicate=False)
         }
+        self._by_name = copies
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
         if exc_type is not None or not self.enable:
             return False
+        if self.sch.backend == "dtensor":
+            apply_dtensor_plans(self.sch.get_top_schedule())
         model = self.sch.mod
         group, world = self.sch.group, self.sch.world_size
         distributed = dist.is_available() and dist.is_initialized() and world > 1
@@ -79,16 +83,11 @@ class Verify:
             if distributed:
                 for p in self.original.parameters():
                     dist.broadcast(p.data, src=collectives.first_rank(group), group=group)
-            for p in model.parameters():
+            for name, p in model.named_parameters():
                 src = self._src.get(getattr(p, "shard_source_id", id(p)), self._src.get(id(p)))
-                if src is None:
-                    continue
-                value = src.data
-                axis = getattr(p, "shard_axis", None)
-                if axis is not None and value.shape != p.shape:
-                    value = value.chunk(world, dim=axis)[self.sch.rank]
-                if value.shape == p.shape:
-                    p.data.copy_(value)
+                src = src if src is not None else self._by_name.get(name)
+                if src is not None:
+                    _load(p, src.data, world, self.sch.rank)
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in self.example_inputs]
         was_training = model.training
         for m in (self.original, model):
@@ -108,6 +107,25 @@ class Verify:
                 f"original's: {str(err).splitlines()[0]} {str(err).splitlines()[-1]}"
             ) from None
         return False
+
+
+def _load(param: torch.Tensor, full: torch.Tensor, world: int, rank: int) -> None:
+    """Copy the part of the original `full` value that `param` holds on this rank."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    if isinstance(param, DTensor):
+        local, value = param.to_local(), full
+        for placement in param.placements:
+            if isinstance(placement, Shard):
+                value = value.chunk(world, dim=placement.dim)[rank]
+        if value.shape == local.shape:
+            local.copy_(value)
+        return
+    axis = getattr(param, "shard_axis", None)
+    if axis is not None and full.shape != param.shape:
+        full = full.chunk(world, dim=axis)[rank]
+    if full.shape == param.shape:
+        param.data.copy_(full)
 
 
 def _device_of(model: nn.Module) -> torch.device:

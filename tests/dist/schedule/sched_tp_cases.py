@@ -228,6 +228,36 @@ def bad_schedules_raise(rank: int) -> None:
         raise AssertionError("all_reduce of a column-parallel output accepted")
 
 
+def dtensor_backend_mlp(rank: int) -> None:
+    from torch.distributed.tensor import DTensor
+
+    torch.manual_seed(0)
+    ref = MLP()
+    sch = slapo.create_schedule(copy.deepcopy(ref), backend="dtensor")
+    _tp_mlp(sch)
+    model, _ = slapo.build(sch)
+    assert isinstance(model.fc1.weight, DTensor) and model.fc1.weight.to_local().shape == (16, 8)
+    x, g = _inputs(2, 4, 8)
+    out, gx = _run(model, x, g)
+    out_ref, gx_ref = _run(ref, x, g)
+    close(out, out_ref)
+    close(gx, gx_ref)
+    ref_params = dict(ref.named_parameters())
+    for name, p in model.named_parameters():
+        close(p.grad.full_tensor(), ref_params[name].grad)
+
+
+def dtensor_backend_sequence_parallel_verify(rank: int) -> None:
+    sch = slapo.create_schedule(MLP(), backend="dtensor")
+    x = torch.randn(2, 4, 8)
+    dist.broadcast(x, 0)
+    with slapo.Verify(sch, [x]):
+        sch["fc1"].shard(["weight", "bias"], axis=0)
+        sch["fc1"].sync("bwd_post", "all_reduce")
+        sch["fc2"].shard("weight", axis=1)
+        sch["fc2"].sync("fwd_post", "all_reduce")
+
+
 CASES = {
     "column_linear": column_linear,
     "row_linear": row_linear,
@@ -238,4 +268,6 @@ CASES = {
     "verify_passes": verify_passes,
     "verify_catches_missing_sync": verify_catches_missing_sync,
     "bad_schedules_raise": bad_schedules_raise,
+    "dtensor_backend_mlp": dtensor_backend_mlp,
+    "dtensor_backend_verify": dtensor_backend_sequence_parallel_verify,
 }

@@ -24,6 +24,8 @@ CASES = [
     "verify_passes",
     "verify_catches_missing_sync",
     "bad_schedules_raise",
+    "dtensor_backend_mlp",
+    "dtensor_backend_verify",
     "pipeline_gpipe",
     "pipeline_1f1b",
 ]

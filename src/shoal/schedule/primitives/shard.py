@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import schedule_error
+from ..sharding.dtensor import record
 from ..sharding.shard_ops import infer_output, postproc
 from .base import Primitive, register_primitive
 
@@ -49,7 +50,27 @@ class ShardPrimitive(Primitive):
     def apply(sch: Any, tensor_name: str | list[str], axis: int) -> None:
         names = [tensor_name] if isinstance(tensor_name, str) else list(tensor_name)
         for name in names:
-            _shard_one(sch, name, axis)
+            if sch.backend == "dtensor":
+                _check(sch, name, axis)
+                record(sch, "shard", (name, axis % getattr(sch.mod, name).dim()))
+            else:
+                _shard_one(sch, name, axis)
+
+
+def _check(sch: Any, name: str, axis: int) -> None:
+    prim = f"shard({name!r}, axis={axis})"
+    tensor = sch.mod._parameters.get(name, sch.mod._buffers.get(name))
+    if tensor is None:
+        raise schedule_error(
+            prim, sch.path, f"{type(sch.mod).__name__} has no parameter or buffer named {name!r}"
+        )
+    if tensor.shape[axis] % sch.world_size:
+        raise schedule_error(
+            prim,
+            sch.path,
+            f"dimension {axis} of {name} has size {tensor.shape[axis]}, "
+            f"which is not divisible by the world size {sch.world_size}",
+        )
 
 
 def _shard_one(sch: Any, name: str, axis: int) -> None:

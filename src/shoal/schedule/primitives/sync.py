@@ -20,6 +20,7 @@ from torch import nn
 from ..errors import schedule_error
 from ..op.linear import LinearWithSyncFunc
 from ..sharding import sync_ops as S
+from ..sharding.dtensor import record
 from ..sharding.reshard_ops import is_reshard_string, reshard_fn
 from ..sharding.shard_ops import PARTIAL, validate_sync
 from .base import Primitive, register_primitive
@@ -54,6 +55,9 @@ class SyncPrimitive(Primitive):
         if mode not in MODES:
             raise schedule_error(prim, sch.path, f"mode must be one of {MODES}")
         sch.metadata.primitives.setdefault("sync", []).append((mode, sync_op_or_fn, kwargs))
+        if sch.backend == "dtensor" and isinstance(sync_op_or_fn, str):
+            record(sch, "sync", (mode, sync_op_or_fn, kwargs))
+            return
         mod = sch.mod
         if callable(sync_op_or_fn):
             if mode == "fwd_pre":
