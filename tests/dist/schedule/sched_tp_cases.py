@@ -258,6 +258,23 @@ def dtensor_backend_sequence_parallel_verify(rank: int) -> None:
         sch["fc2"].sync("fwd_post", "all_reduce")
 
 
+def parallel_cross_entropy(rank: int) -> None:
+    from shoal.schedule.op import ParallelCrossEntropy
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 4, 16)
+    target = torch.randint(0, 16, (2, 4))
+    target[0, 0] = -100  # ignored token
+    full = logits.clone().requires_grad_()
+    ref = F.cross_entropy(full.view(-1, 16), target.view(-1), reduction="none").view(2, 4)
+    ref.sum().backward()
+    local = _slice(logits, 2, rank).clone().requires_grad_()
+    loss = ParallelCrossEntropy()(local, target)
+    loss.sum().backward()
+    close(loss, ref.detach())
+    close(local.grad, _slice(full.grad, 2, rank))
+
+
 CASES = {
     "column_linear": column_linear,
     "row_linear": row_linear,
@@ -268,6 +285,7 @@ CASES = {
     "verify_passes": verify_passes,
     "verify_catches_missing_sync": verify_catches_missing_sync,
     "bad_schedules_raise": bad_schedules_raise,
+    "parallel_cross_entropy": parallel_cross_entropy,
     "dtensor_backend_mlp": dtensor_backend_mlp,
     "dtensor_backend_verify": dtensor_backend_sequence_parallel_verify,
 }

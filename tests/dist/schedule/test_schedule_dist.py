@@ -24,6 +24,7 @@ CASES = [
     "verify_passes",
     "verify_catches_missing_sync",
     "bad_schedules_raise",
+    "parallel_cross_entropy",
     "dtensor_backend_mlp",
     "dtensor_backend_verify",
     "pipeline_gpipe",
