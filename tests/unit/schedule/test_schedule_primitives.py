@@ -91,7 +91,7 @@ def test_checkpoint_replays_dropout_mask():
     torch.testing.assert_close(gx, gx_ref)
 
 
-@pytest.mark.parametrize("compiler", [None, "aot_eager"])
+@pytest.mark.parametrize("compiler", [None, "aot_eager", "TorchScript"])
 def test_fuse_subgraph(compiler):
     ref = MLP()
     model, pairs = _copy(ref)
