@@ -275,6 +275,45 @@ def parallel_cross_entropy(rank: int) -> None:
     close(local.grad, _slice(full.grad, 2, rank))
 
 
+def meta_init_build(rank: int) -> None:
+    """Delayed init: shard on meta, build -> shards of ONE full model (rank 0's init)."""
+    torch.manual_seed(rank)  # ranks would disagree if each initialized its own copy
+    with slapo.init_empty_weights():
+        model = MLP()
+    sch = slapo.create_schedule(model)
+    _tp_mlp(sch)
+    model, _ = slapo.build(sch, init_weights=True)
+    assert not any(p.is_meta for p in model.parameters())
+    full = MLP()
+    with torch.no_grad():  # reassemble the full model from the shards of every rank
+        for (name, p), q in zip(model.named_parameters(), full.parameters(), strict=True):
+            axis = getattr(p, "shard_axis", None)
+            parts = [torch.empty_like(p) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, p.detach().contiguous())
+            if axis is None:
+                close(parts[0], parts[1], msg=f"replicated {name} differs across ranks")
+            q.copy_(torch.cat(parts, dim=axis) if axis is not None else p)
+    x, g = _inputs(2, 4, 8)
+    out, _ = _run(model, x, g)
+    close(out, full(x))
+
+
+def reshard_strings(rank: int) -> None:
+    """RR->RS->SR->RR round trip through hooks: identity forward, identity gradient."""
+    seq = nn.Sequential(nn.Identity(), nn.Identity(), nn.Identity())
+    sch = slapo.create_schedule(seq)
+    sch["0"].sync("fwd_post", "RR->RS")  # keep my slice of the hidden dim
+    sch["1"].sync("fwd_post", "RS->SR")  # all-to-all: slice of the sequence instead
+    sch["2"].sync("fwd_pre", "SR->RR")  # all-gather the sequence
+    seen = []
+    sch["1"].sync("fwd_post", lambda m, i, o: seen.append(tuple(o.shape)))
+    x, g = _inputs(2, 4, 8)
+    out, gx = _run(sch.mod, x, g)
+    assert seen == [(2, 2, 8)], seen
+    close(out, x)
+    close(gx, g)  # the loss is replicated, so x's gradient is all of g on every rank
+
+
 CASES = {
     "column_linear": column_linear,
     "row_linear": row_linear,
@@ -286,6 +325,8 @@ CASES = {
     "verify_catches_missing_sync": verify_catches_missing_sync,
     "bad_schedules_raise": bad_schedules_raise,
     "parallel_cross_entropy": parallel_cross_entropy,
+    "meta_init_build": meta_init_build,
+    "reshard_strings": reshard_strings,
     "dtensor_backend_mlp": dtensor_backend_mlp,
     "dtensor_backend_verify": dtensor_backend_sequence_parallel_verify,
 }

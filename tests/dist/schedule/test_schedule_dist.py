@@ -25,6 +25,8 @@ CASES = [
     "verify_catches_missing_sync",
     "bad_schedules_raise",
     "parallel_cross_entropy",
+    "meta_init_build",
+    "reshard_strings",
     "dtensor_backend_mlp",
     "dtensor_backend_verify",
     "pipeline_gpipe",
