@@ -62,7 +62,7 @@ class Attention(nn.Module):
         self.out = nn.Linear(hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
+        b, s = x.shape[0], x.shape[1]  # (no tuple unpacking: fx-traceable)
         # -1 heads: the block works with the full or the local (sharded) head count
         q, k, v = (
             f(x).view(b, s, -1, self.head_dim).transpose(1, 2) for f in (self.q, self.k, self.v)
@@ -314,11 +314,43 @@ def reshard_strings(rank: int) -> None:
     close(gx, g)  # the loss is replicated, so x's gradient is all of g on every rank
 
 
+def tp_attention_fused_qkv(rank: int) -> None:
+    """Trace, fuse q/k/v horizontally into the head-major FusedQKV op, then shard by heads."""
+    from shoal.schedule.op import FusedQKV
+
+    torch.manual_seed(0)
+    ref = Attention()
+    model = copy.deepcopy(ref)
+    sch = slapo.create_schedule(model)
+    sch.trace()
+    sch.replace(FusedQKV.from_linears(model.q, model.k, model.v, num_heads=4), sch.find(r"[qkv]$"))
+    sch["FusedQKV_0.fused_linear"].shard(["weight", "bias"], axis=0)
+    sch["FusedQKV_0"].sync("bwd_post", "all_reduce")
+    sch["out"].shard("weight", axis=1)
+    sch["out"].sync("fwd_post", "all_reduce")
+    x, g = _inputs(2, 4, 8)
+    out, gx = _run(sch.mod, x, g)
+    out_ref, gx_ref = _run(ref, x, g)
+    close(out, out_ref)
+    close(gx, gx_ref)
+    grads = []  # the reference q/k/v gradients, arranged in the fused head-major layout
+    for m in (ref.q, ref.k, ref.v):
+        lin = nn.Linear(8, 8)
+        lin.weight.data, lin.bias.data = m.weight.grad, m.bias.grad
+        grads.append(lin)
+    fused_ref = FusedQKV.from_linears(*grads, num_heads=4).fused_linear
+    fused = sch.mod.FusedQKV_0.fused_linear
+    close(fused.weight.grad, _slice(fused_ref.weight.detach(), 0, rank))
+    close(fused.bias.grad, _slice(fused_ref.bias.detach(), 0, rank))
+    close(sch.mod.out.weight.grad, _slice(ref.out.weight.grad, 1, rank))
+
+
 CASES = {
     "column_linear": column_linear,
     "row_linear": row_linear,
     "tp_mlp": tp_mlp,
     "tp_attention": tp_attention,
+    "tp_attention_fused_qkv": tp_attention_fused_qkv,
     "vocab_embedding": vocab_embedding,
     "sequence_parallel": sequence_parallel,
     "verify_passes": verify_passes,

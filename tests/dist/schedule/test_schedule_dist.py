@@ -19,6 +19,7 @@ CASES = [
     "row_linear",
     "tp_mlp",
     "tp_attention",
+    "tp_attention_fused_qkv",
     "vocab_embedding",
     "sequence_parallel",
     "verify_passes",

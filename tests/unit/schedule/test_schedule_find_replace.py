@@ -227,3 +227,15 @@ def test_replace_all_by_type():
     assert count == 2
     assert isinstance(sch["layers.1.act"].mod, nn.ReLU)
     assert isinstance(model.layers[0].act, nn.ReLU)
+
+
+def test_horizontal_replace_with_slapo_fused_qkv_op():
+    from shoal.schedule.op import FusedQKV as OpFusedQKV
+
+    model = QKV()
+    expected = model(X)
+    sch = slapo.create_schedule(model)
+    fused = OpFusedQKV.from_linears(model.q, model.k, model.v, num_heads=2)
+    sch.replace(fused, sch.find(r"q|k|v"))
+    torch.testing.assert_close(sch.mod(X), expected)
+    sch["FusedQKV_0.fused_linear"].shard(["weight", "bias"], axis=0)  # world size 1: whole
