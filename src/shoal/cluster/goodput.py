@@ -1,0 +1,146 @@
+"""The performance and goodput model of one data-parallel job: the one model every driver shares.
+
+Speed. A job runs one synchronous step at a time on a placement: a count of GPUs per kind over
+`num_nodes` nodes. Its global batch M is split across GPUs in proportion to their speed, so a
+placement is worth `K_eff = sum(count_k * speed_k)` T4-equivalent GPUs and each takes a local
+batch of `M / K_eff` T4-samples per step; the step time is the measured profile's at the placement's
+node and GPU counts and that local batch (`shoal.cluster.profiles`). A job whose work is divided
+into a fixed number P of indivisible units (EasyScale's threads) can only give each GPU a whole
+number of units; then `K_eff = P / max_i(units_i / speed_i)` under the best integer split.
+A local batch larger than the GPU's measured memory bound is run as gradient accumulation.
+
+Statistical efficiency (Pollux, OSDI'21). With gradient square norm |g|^2 and variance sigma^2
+measured at the initial batch M0, a batch M = S * M0 makes `r(S) = (sigma^2 + |g|^2) /
+(sigma^2 / S + |g|^2)` M0-iterations of progress per step, so progress per second is
+`r(S) / step_time`, and `r(S) / S` is the efficiency. Goodput is that progress rate.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shoal.cluster.kinds import KindTable, load_kinds
+from shoal.cluster.profiles import AppProfile, load_profile
+
+Counts = tuple[tuple[str, int], ...]  # sorted (kind, gpus) pairs with gpus > 0
+
+
+def gain(batch_size: float, init_batch_size: float, grad_sqr: float, grad_var: float) -> float:
+    """r(S): M0-iterations of progress made by one step at `batch_size`."""
+    scale = batch_size / init_batch_size
+    if grad_sqr <= 0:  # pure noise: progress scales linearly with the batch
+        return scale
+    return (grad_var + grad_sqr) / (grad_var / scale + grad_sqr)
+
+
+def efficiency(
+    batch_size: float, init_batch_size: float, grad_sqr: float, grad_var: float
+) -> float:
+    """r(S)/S in (0, 1]: the fraction of a larger batch's samples that count."""
+    return gain(batch_size, init_batch_size, grad_sqr, grad_var) * init_batch_size / batch_size
+
+
+def integer_split_speed(parallelism: int, speeds: list[float]) -> float:
+    """K_eff of `parallelism` indivisible units over GPUs with `speeds` (best integer split)."""
+    units = [0] * len(speeds)
+    heap = [(1.0 / s, i) for i, s in enumerate(speeds)]
+    heapq.heapify(heap)
+    # greedy: each unit goes where it finishes earliest; optimal for makespan of unit tasks
+    for _ in range(parallelism):
+        _, i = heapq.heappop(heap)
+        units[i] += 1
+        heapq.heappush(heap, ((units[i] + 1) / speeds[i], i))
+    slowest = max(u / s for u, s in zip(units, speeds, strict=True) if u > 0)
+    return parallelism / slowest
+
+
+@dataclass
+class GoodputModel:
+    """Step time, progress rate and the goodput-optimal batch of one application."""
+
+    app: str
+    profile: AppProfile = field(init=False)
+    kinds: KindTable = field(init=False)
+    _cache: dict = field(init=False, default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.profile = load_profile(self.app)
+        self.kinds = load_kinds()
+
+    def effective_gpus(self, counts: Counts, parallelism: int | None = None) -> float:
+        """K_eff in T4-equivalents; `parallelism` = a fixed number of indivisible units."""
+        if parallelism is None:
+            return sum(n * self.kinds.app_speed(k, self.app) for k, n in counts)
+        speeds = [self.kinds.app_speed(k, self.app) for k, n in counts for _ in range(n)]
+        return integer_split_speed(parallelism, speeds[:parallelism])
+
+    def step_time_s(
+        self, counts: Counts, num_nodes: int, batch_size: float, parallelism: int | None = None
+    ) -> float:
+        key = (counts, num_nodes, round(batch_size), parallelism)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        num_gpus = sum(n for _, n in counts)
+        k_eff = self.effective_gpus(counts, parallelism)
+        local = batch_size / k_eff
+        accum = max(1, math.ceil(local / self.profile.max_local_bsz))
+        step = accum * self.profile.step_time_s(num_nodes, num_gpus, local / accum)
+        self._cache[key] = step
+        return step
+
+    def progress_rate(
+        self,
+        counts: Counts,
+        num_nodes: int,
+        batch_size: float,
+        progress: float,
+        parallelism: int | None = None,
+    ) -> float:
+        """M0-iterations per second (goodput) on this placement at this batch size."""
+        if not counts:
+            return 0.0
+        sqr, var = self.profile.grad_stats(progress)
+        r = gain(batch_size, self.profile.init_batch_size, sqr, var)
+        return r / self.step_time_s(counts, num_nodes, batch_size, parallelism)
+
+    def best_batch(
+        self, counts: Counts, num_nodes: int, progress: float, candidates: int = 12
+    ) -> tuple[float, float]:
+        """(batch size, goodput) maximising goodput over a geometric grid of batch sizes.
+
+        The choice is memoised per measured point of the gradient-statistics curve (one per
+        epoch of the validation run): between two points the optimum barely moves.
+        """
+        epoch = int(np.searchsorted(self.profile.grad_progress, progress))
+        key = ("best", counts, num_nodes, epoch, candidates)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[0], self.progress_rate(counts, num_nodes, hit[0], progress)
+        m0, m_max = self.profile.init_batch_size, self.profile.max_batch_size
+        k_eff = self.effective_gpus(counts)
+        # no larger than the memory bound allows without accumulation
+        hi = max(m0, min(m_max, self.profile.max_local_bsz * k_eff))
+        best = (float(m0), self.progress_rate(counts, num_nodes, m0, progress))
+        for i in range(1, candidates + 1 if hi > m0 else 1):
+            batch = float(round(m0 * (hi / m0) ** (i / candidates)))
+            rate = self.progress_rate(counts, num_nodes, batch, progress)
+            if rate > best[1]:
+                best = (batch, rate)
+        self._cache[key] = best
+        return best
+
+
+_MODELS: dict[str, GoodputModel] = {}
+
+
+def goodput_model(app: str) -> GoodputModel:
+    """The shared (memoised) model of `app`."""
+    model = _MODELS.get(app)
+    if model is None:
+        model = _MODELS[app] = GoodputModel(app)
+    return model

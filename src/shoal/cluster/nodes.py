@@ -1,0 +1,86 @@
+"""Nodes and cluster specifications.
+
+A cluster is a list of nodes; a node holds a number of GPUs of one kind and is bought on one
+pricing tier (`on_demand` or `spot`). A cluster spec is text, e.g. `16x4xt4` (16 nodes of 4 T4s) or
+`8x4xv100,4x4xp100,4x4xt4`; an item may end in `:spot`. Named presets cover the clusters of the
+papers we compare against.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from shoal.cluster.kinds import load_kinds
+from shoal.errors import UserError
+
+PRESETS = {
+    # Pollux's simulator: 16 nodes x 4 T4 (its traces were measured there)
+    "pollux": "16x4xt4",
+    # EasyScale's simulator: 32 V100, 16 P100, 16 T4
+    "easyscale": "8x4xv100,4x4xp100,4x4xt4",
+    # a heterogeneous 1,024-GPU cluster for trace-scale runs
+    "hetero-1024": "64x4xv100,64x4xp100,64x4xt4,64x4xk80",
+    # heterogeneous, 64 GPUs
+    "hetero-64": "4x4xv100,4x4xp100,4x4xt4,4x4xk80",
+}
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    count: int
+    gpus_per_node: int
+    kind: str
+    tier: str = "on_demand"
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or self.gpus_per_node < 1:
+            raise ValueError("node count and GPUs per node must be >= 1")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    groups: tuple[NodeGroup, ...]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(g.count * g.gpus_per_node for g in self.groups)
+
+    def with_spot_fraction(self, fraction: float) -> ClusterSpec:
+        """The same cluster with `fraction` of each group's nodes bought as spot."""
+        if not 0 <= fraction <= 1:
+            raise UserError(f"spot fraction must be in [0, 1], got {fraction}")
+        groups: list[NodeGroup] = []
+        for g in self.groups:
+            spot = round(g.count * fraction)
+            if g.count - spot:
+                groups.append(NodeGroup(g.count - spot, g.gpus_per_node, g.kind, g.tier))
+            if spot:
+                groups.append(NodeGroup(spot, g.gpus_per_node, g.kind, "spot"))
+        return ClusterSpec(tuple(groups))
+
+
+_ITEM = re.compile(r"(\d+)x(\d+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
+
+
+def parse_cluster(spec: str) -> ClusterSpec:
+    """Parse a preset name or a spec such as `16x4xt4` or `4x4xv100:spot,4x4xt4`."""
+    text = PRESETS.get(spec, spec)
+    kinds = load_kinds()
+    groups = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        match = _ITEM.fullmatch(item)
+        if not match:
+            raise UserError(
+                f"bad cluster item {item!r}: expected NODESxGPUSxKIND[:spot] or a preset "
+                f"({', '.join(PRESETS)})"
+            )
+        count, per_node = int(match.group(1)), int(match.group(2))
+        if count < 1 or per_node < 1:
+            raise UserError(f"bad cluster item {item!r}: counts must be >= 1")
+        groups.append(
+            NodeGroup(count, per_node, kinds.check(match.group(3)), match.group(4) or "on_demand")
+        )
+    if not groups:
+        raise UserError("empty cluster spec")
+    return ClusterSpec(tuple(groups))

@@ -1,0 +1,132 @@
+"""shoal's own policy: heterogeneity-, elasticity-, spot- and cost-aware goodput scheduling.
+
+It re-plans every tick like Pollux, but:
+- heterogeneity-aware: it plans per GPU kind with each kind's measured speed for the job's
+  application, so a kind goes to the jobs it speeds up most (comparative advantage), and it
+  splits each job's batch across kinds in proportion to speed;
+- cost-aware: marginal goodput is weighed per dollar of the cheapest tier that has room, and a GPU
+  is only added while it still returns at least `min_marginal` of its nominal speed as goodput,
+  so GPUs past the knee of a job's scaling curve stay unbilled;
+- spot-aware: elastic jobs fill spot nodes first (a revocation only shrinks them); gangs go on
+  on-demand nodes first (a revocation would restart them from a checkpoint);
+- it favours jobs with little attained service (a least-attained-service weight, as Tiresias),
+  which needs no knowledge of job length, and rescales elastic jobs in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.cluster.goodput import goodput_model
+from shoal.cluster.kinds import load_kinds
+from shoal.sim.jobs import JobRun
+from shoal.sim.policies.common import gpus_per_node, place_gang
+from shoal.sim.policies.fill import waterfill
+from shoal.sim.policy import ClusterView, Decision
+
+_TIERS = ("spot", "on_demand")
+
+
+@dataclass
+class ShoalPolicy:
+    min_change: float = 0.1  # resize a running job only if its planned speedup moves this much
+    min_marginal: float = 0.3  # a GPU must add this fraction of its nominal speed as goodput
+    las_scale_gpu_s: float = 3600.0  # attained service at which a job's weight halves
+    max_gpus_per_job: int = 64
+    name: str = "shoal"
+    periodic: bool = True
+    inplace_rescale: bool = True
+
+    def schedule(self, view: ClusterView) -> dict[str, Decision]:
+        kinds = load_kinds()
+        per_node = gpus_per_node(view)
+        jobs = sorted(
+            view.running + view.pending, key=lambda j: (j.gpu_s, j.spec.arrival_s, j.name)
+        )
+        decisions: dict[str, Decision] = {}
+        # gangs first: running ones keep their GPUs, pending ones start on on-demand first
+        for job in jobs:
+            if not job.spec.elastic and not job.running:
+                alloc = place_gang(view, job, tiers=("on_demand", "spot"))
+                if alloc is not None:
+                    decisions[job.name] = Decision(alloc)
+        elastic = [j for j in jobs if j.spec.elastic]
+        # re-plan every elastic job from scratch over the GPUs the gangs leave
+        for job in elastic:
+            view.release(job.alloc)
+        free: dict[str, int] = {}
+        spot_free: dict[str, int] = {}
+        for node_id, n in view.free.items():
+            node = view.node(node_id)
+            free[node.kind] = free.get(node.kind, 0) + n
+            if node.tier == "spot":
+                spot_free[node.kind] = spot_free.get(node.kind, 0) + n
+
+        def price(kind: str) -> float:  # the cheapest tier with room (spot fills first)
+            return kinds.price(kind, "spot" if spot_free.get(kind) else "on_demand")
+
+        def rate(job: JobRun, counts: dict[str, int]) -> float:
+            key = tuple(sorted((k, n) for k, n in counts.items() if n))
+            if not key:
+                return 0.0
+            nodes = sum(-(-n // per_node[k]) for k, n in key)
+            return goodput_model(job.spec.app).best_batch(key, nodes, job.progress)[1]
+
+        def unit(job: JobRun) -> float:  # goodput of one profiled-kind GPU: the speedup unit
+            return goodput_model(job.spec.app).best_batch((("t4", 1),), 1, job.progress)[1]
+
+        def first_kind(job: JobRun, left: dict[str, int]) -> str | None:
+            options = [k for k, n in left.items() if n > 0]
+            if not options:
+                return None
+            return max(options, key=lambda k: kinds.app_speed(k, job.spec.app) / price(k))
+
+        def score(job: JobRun, counts: dict[str, int], kind: str) -> float:
+            now = rate(job, counts)
+            more = dict(counts)
+            more[kind] = more.get(kind, 0) + 1
+            new = rate(job, more)
+            base = unit(job)
+            if new - now < self.min_marginal * kinds.app_speed(kind, job.spec.app) * base:
+                return 0.0
+            weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
+            gain = base / now - base / new
+            return weight * gain / price(kind)
+
+        plan = waterfill(elastic, free, first_kind, score, lambda j: self.max_gpus_per_job)
+        # keep running jobs whose plan barely changes their speed (a rescale is not free)
+        keep = []
+        for job in elastic:
+            counts = plan.get(job.name, {})
+            if job.running and counts:
+                ratio = rate(job, counts) / max(rate(job, dict(job.counts)), 1e-12)
+                if counts == dict(job.counts) or abs(ratio - 1.0) < self.min_change:
+                    keep.append(job)
+        for job in keep:
+            view.take(job.alloc)
+        kept = {j.name for j in keep}
+        for job in elastic:
+            if job.name in kept:
+                continue
+            alloc: dict[int, int] = {}
+            for kind, n in plan.get(job.name, {}).items():
+                for tier in _TIERS:
+                    got = view.pack(min(n, self._free(view, kind, tier)), view.nodes_of(kind, tier))
+                    for node_id, k in (got or {}).items():
+                        alloc[node_id] = alloc.get(node_id, 0) + k
+                        n -= k
+            if alloc or job.running:
+                batch = None
+                if alloc:
+                    counts = {}
+                    for node_id, k in alloc.items():
+                        kind = view.node(node_id).kind
+                        counts[kind] = counts.get(kind, 0) + k
+                    key = tuple(sorted(counts.items()))
+                    batch = goodput_model(job.spec.app).best_batch(key, len(alloc), job.progress)[0]
+                decisions[job.name] = Decision(alloc, batch)
+        return decisions
+
+    @staticmethod
+    def _free(view: ClusterView, kind: str, tier: str) -> int:
+        return sum(view.free[i] for i in view.nodes_of(kind, tier))

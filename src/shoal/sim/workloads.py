@@ -1,0 +1,216 @@
+"""Workloads: Pollux's 160-job CSVs, EasyScale-format CSVs, and jobs sampled from Philly.
+
+Every loader turns rows into `JobSpec`s and reports a bad row as a `UserError` naming the file
+and line. A workload spec on the command line is a path (the format is told by its header), or
+`pollux:N` (Pollux's packaged `workload-N.csv`), or `philly:N[:SEED]` (N jobs sampled from the
+real Philly trace; `philly:all` replays all 82,247).
+
+Work. Pollux jobs train to the end of their application's measured validation run. An EasyScale
+job trains `epochs` over 1 % of its dataset (as EasyScale's simulator does) at batch
+`batch_size x max_parallelism`. A Philly job's work is calibrated so that on its requested number
+of GPUs of the reference kind, consolidated, at its batch size, it runs for its measured duration.
+Fixed-batch work is converted to progress with the application's mean gain r(S) over its curve.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from shoal.cluster.goodput import gain, goodput_model
+from shoal.cluster.profiles import APPS, PROFILE_KIND, load_profile
+from shoal.errors import UserError
+from shoal.sim.jobs import JobSpec
+
+# EasyScale's applications mapped onto the measured profile of the closest model we have.
+EASYSCALE_APPS = {
+    "bert": "bert",
+    "electra": "bert",
+    "resnet50": "imagenet",
+    "vgg19": "imagenet",
+    "swin": "imagenet",
+    "shufflenetv2": "imagenet",
+    "yolov3": "yolov3",
+    "ncf": "ncf",
+}
+# 1 % of each dataset's size, as in EasyScale's simulator (samples per epoch).
+EASYSCALE_EPOCH_SAMPLES = {"imagenet": 12800.0, "yolov3": 165.51, "bert": 886.41, "ncf": 49708.45}
+# Philly jobs get an application by their GPU-time, short jobs from small models.
+PHILLY_APPS_BY_GPU_HOURS = ((1.0, ("cifar10", "ncf")), (10.0, ("yolov3", "deepspeech2", "cifar10")))
+PHILLY_APPS_LONG = ("imagenet", "bert", "deepspeech2")
+
+
+def mean_gain(app: str, batch_size: float) -> float:
+    """Mean r(S) over the application's measured curve (progress per step at a fixed batch)."""
+    p = load_profile(app)
+    return float(
+        np.mean(
+            [
+                gain(batch_size, p.init_batch_size, s, v)
+                for s, v in zip(p.grad_sqr, p.grad_var, strict=True)
+            ]
+        )
+    )
+
+
+def _rows(path: Path):
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise UserError(f"{path}:1: empty workload file")
+        for lineno, row in enumerate(reader, start=2):
+            if row and any(cell.strip() for cell in row):
+                yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
+
+
+def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
+    try:
+        value = kind(row[key])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{path}:{lineno}: bad or missing {key!r} value {row.get(key)!r}") from None
+    if minimum is not None and value < minimum:
+        raise UserError(f"{path}:{lineno}: {key} must be >= {minimum}, got {value}")
+    return value
+
+
+def _app(path: Path, lineno: int, name: str, table: dict[str, str] | None = None) -> str:
+    app = (table or {a: a for a in APPS}).get(name.strip().lower())
+    if app is None:
+        raise UserError(f"{path}:{lineno}: unknown application {name!r}")
+    return app
+
+
+def load_pollux_workload(path: Path) -> list[JobSpec]:
+    jobs = []
+    for lineno, row, _ in _rows(path):
+        app = _app(path, lineno, row.get("application", ""))
+        jobs.append(
+            JobSpec(
+                name=row.get("name") or f"job-{lineno}",
+                arrival_s=_num(path, lineno, row, "time"),
+                app=app,
+                requested_gpus=_num(path, lineno, row, "num_replicas", int, 1),
+                batch_size=_num(path, lineno, row, "batch_size", int, 1),
+                total_progress=load_profile(app).total_progress,
+            )
+        )
+    return jobs
+
+
+def load_easyscale_workload(path: Path) -> list[JobSpec]:
+    by_name: dict[str, JobSpec] = {}
+    for lineno, row, _ in _rows(path):
+        app = _app(path, lineno, row.get("application", ""), EASYSCALE_APPS)
+        mp = _num(path, lineno, row, "max_parallelism", int, 1)
+        batch = _num(path, lineno, row, "batch_size", int, 1) * mp
+        epochs = _num(path, lineno, row, "epochs", float, 0)
+        steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
+        het = _num(path, lineno, row, "enable_heterogeneous_deterministic", float, 0)
+        # a repeated name replaces the earlier row, as EasyScale's simulator does
+        by_name[row["name"]] = JobSpec(
+            name=row["name"],
+            arrival_s=_num(path, lineno, row, "time"),
+            app=app,
+            requested_gpus=mp,
+            batch_size=batch,
+            total_progress=steps * mean_gain(app, batch),
+            preferred_kind=(row.get("preferred_gpu") or "").strip().lower() or None,
+            mixed_kinds_ok=het != 0,
+        )
+    return list(by_name.values())
+
+
+@cache
+def _philly_rows(path: Path) -> tuple[tuple[float, float, int, int], ...]:
+    """(arrival epoch s, duration s, GPUs, line number) of every Philly job, sorted by arrival."""
+    out = []
+    for lineno, row, raw in _rows(path):
+        try:
+            ts = datetime.fromisoformat(row["timestamp"]).timestamp()
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{path}:{lineno}: bad timestamp {raw[0]!r}") from None
+        duration = _num(path, lineno, row, "duration", float, 0)
+        gpus = _num(path, lineno, row, "num_gpus", lambda v: int(float(v)), 1)
+        out.append((ts, duration, gpus, lineno))
+    out.sort()
+    return tuple(out)
+
+
+def philly_path() -> Path:
+    return Path(str(resources.files("shoal.data").joinpath("pollux", "traces", "philly.csv")))
+
+
+def sample_philly(
+    num_jobs: int | None,
+    seed: int = 0,
+    path: Path | None = None,
+    reference_kind: str = PROFILE_KIND,
+) -> list[JobSpec]:
+    """`num_jobs` consecutive Philly jobs from a random start (None: the whole trace)."""
+    path = path or philly_path()
+    rows = _philly_rows(path)
+    rng = random.Random(seed)
+    if num_jobs is None or num_jobs >= len(rows):
+        chosen = rows
+    else:
+        if num_jobs < 1:
+            raise UserError("number of Philly jobs must be >= 1")
+        start = rng.randrange(len(rows) - num_jobs + 1)
+        chosen = rows[start : start + num_jobs]
+    t0 = chosen[0][0]
+    jobs = []
+    for ts, duration, gpus, lineno in chosen:
+        gpu_hours = duration * gpus / 3600
+        apps = next(
+            (a for limit, a in PHILLY_APPS_BY_GPU_HOURS if gpu_hours < limit), PHILLY_APPS_LONG
+        )
+        app = rng.choice(apps)
+        model = goodput_model(app)
+        profile = model.profile
+        batch = min(profile.max_batch_size, profile.init_batch_size * gpus)
+        nodes = math.ceil(gpus / 4)
+        step_s = model.step_time_s(((reference_kind, gpus),), nodes, batch)
+        progress = max(duration, 1.0) / step_s * mean_gain(app, batch)
+        jobs.append(JobSpec(f"philly-{lineno}", ts - t0, app, gpus, int(batch), progress))
+    return jobs
+
+
+def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
+    """Resolve a workload spec (see the module docstring)."""
+    if spec.startswith("pollux:"):
+        name = f"workload-{spec.split(':', 1)[1]}.csv"
+        root = resources.files("shoal.data").joinpath("pollux", "workloads")
+        if not root.joinpath(name).is_file():
+            raise UserError(f"no packaged Pollux workload {name}")
+        return load_pollux_workload(Path(str(root.joinpath(name))))
+    if spec.startswith("philly:"):
+        parts = spec.split(":")
+        count = None if parts[1] == "all" else _int_arg(parts[1], spec)
+        return sample_philly(count, _int_arg(parts[2], spec) if len(parts) > 2 else seed)
+    path = Path(spec)
+    if not path.is_file():
+        raise UserError(f"workload file not found: {spec}")
+    with path.open() as fh:
+        header = fh.readline()
+    if "max_parallelism" in header:
+        return load_easyscale_workload(path)
+    if "num_replicas" in header:
+        return load_pollux_workload(path)
+    if "num_gpus" in header and "timestamp" in header:
+        return sample_philly(None, seed, path)
+    raise UserError(f"{path}:1: unknown workload format (header {header.strip()!r})")
+
+
+def _int_arg(text: str, spec: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"bad number {text!r} in workload spec {spec!r}") from None
