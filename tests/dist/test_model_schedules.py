@@ -26,13 +26,13 @@ import torch
 import torch.distributed as dist
 
 WORLD = 2
-# (model, fusion, ckpt_ratio): every model sharded and partly checkpointed; the transformers
-# also fused and fully checkpointed.
+# model -> [(fusion, ckpt_ratio, vocab_parallel)]: every model sharded and partly checkpointed;
+# the transformers also fused and fully checkpointed; the decoders once vocabulary-parallel.
 CASES = {
-    "gpt2": [(False, 0.5), (True, 1.0)],
-    "bert": [(False, 0.5), (True, 1.0)],
-    "llama": [(False, 0.5), (True, 1.0)],
-    "wideresnet": [(False, 0.5)],
+    "gpt2": [(False, 0.5, True), (True, 1.0, False)],
+    "bert": [(False, 0.5, False), (True, 1.0, False)],
+    "llama": [(False, 0.5, False), (True, 1.0, True)],
+    "wideresnet": [(False, 0.5, False)],
 }
 
 
@@ -71,7 +71,7 @@ def _local_slice(full: torch.Tensor, local: torch.Tensor, rank: int) -> torch.Te
     return full.chunk(WORLD, dim=axis)[rank]
 
 
-def _check(rank: int, name: str, fusion: bool, ratio: float) -> None:
+def _check(rank: int, name: str, fusion: bool, ratio: float, vocab: bool) -> None:
     from shoal.models import get_model_entry
     from shoal.schedule.model_schedule import apply_schedule
 
@@ -79,8 +79,9 @@ def _check(rank: int, name: str, fusion: bool, ratio: float) -> None:
     cfg = entry.make_config()
     torch.manual_seed(0)
     ref = entry.build(cfg)
+    extra = {"vocab_parallel": True} if vocab else {}
     sch = apply_schedule(
-        copy.deepcopy(ref), name, ckpt_ratio=ratio, fusion=fusion, group=dist.group.WORLD
+        copy.deepcopy(ref), name, ckpt_ratio=ratio, fusion=fusion, group=dist.group.WORLD, **extra
     )
     model = sch.mod
     inputs = entry.make_inputs(cfg, 2, 8, torch.Generator().manual_seed(1))
@@ -98,6 +99,9 @@ def _check(rank: int, name: str, fusion: bool, ratio: float) -> None:
         n_sharded += expect is not full
         torch.testing.assert_close(p.grad, expect, rtol=1e-4, atol=1e-5, msg=f"grad of {pname}")
     assert n_sharded > 0, "the schedule sharded nothing"
+    if vocab:  # the embedding and the LM head hold half the vocabulary each
+        vocab_rows = {p.shape[0] for n, p in model.named_parameters() if "lm_head" in n}
+        assert vocab_rows == {cfg.vocab_size // WORLD}
     if name == "wideresnet":  # sharded BatchNorm statistics are the reference's slices
         ref_bufs = dict(ref.named_buffers())
         for bname, b in model.named_buffers():
@@ -108,8 +112,12 @@ def _check(rank: int, name: str, fusion: bool, ratio: float) -> None:
                 torch.testing.assert_close(b, _local_slice(full, b, rank), msg=bname)
 
 
+def _case_id(name: str, fusion: bool, ratio: float, vocab: bool) -> str:
+    return f"{name}-fusion{int(fusion)}-ckpt{ratio}" + ("-vocab" if vocab else "")
+
+
 def _case_ids() -> list[str]:
-    return [f"{name}-fusion{int(f)}-ckpt{r}" for name, cases in CASES.items() for f, r in cases]
+    return [_case_id(name, *case) for name, cases in CASES.items() for case in cases]
 
 
 def _rank_main(rank: int, port: int, out: Path) -> None:
@@ -123,12 +131,12 @@ def _rank_main(rank: int, port: int, out: Path) -> None:
     )
     results = {}
     for name, cases in CASES.items():
-        for fusion, ratio in cases:
+        for case in cases:
             try:
-                _check(rank, name, fusion, ratio)
-                results[f"{name}-fusion{int(fusion)}-ckpt{ratio}"] = "ok"
+                _check(rank, name, *case)
+                results[_case_id(name, *case)] = "ok"
             except Exception:
-                results[f"{name}-fusion{int(fusion)}-ckpt{ratio}"] = traceback.format_exc()
+                results[_case_id(name, *case)] = traceback.format_exc()
             dist.barrier()
     out.write_text(json.dumps(results))
     dist.destroy_process_group()

@@ -59,9 +59,18 @@ def run_trial(
     memory_cap_mb: float | None = None,
     timeout_s: float = 600.0,
     poll_s: float = 0.05,
+    track_live_memory: bool = True,
 ) -> TrialOutcome:
-    """Measure `spec` in a subprocess; kill it early if a process exceeds `memory_cap_mb`."""
+    """Measure `spec` in a subprocess; kill it early if a process exceeds `memory_cap_mb`.
+
+    `track_live_memory` sets glibc's `MALLOC_MMAP_THRESHOLD_` to 64 KiB in the child, so every
+    tensor buffer is its own mapping and is returned to the OS when freed. Otherwise memory
+    freed by the warm-up step stays resident and is reused, and resident size would understate
+    what a step needs. The price is a page fault per fresh buffer, paid equally by all trials.
+    """
     env = dict(os.environ)
+    if track_live_memory and spec.device == "cpu":
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
     src = str(Path(__file__).resolve().parents[3])  # .../src, so the child imports this shoal
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "shoal.schedule.autotune.trial", spec.to_json()]

@@ -2,11 +2,14 @@
 
 This module owns what a trial *is* (`TrialSpec`: model, size, knobs) and how it is measured:
 build the model, apply its library schedule (`shoal.schedule.model_schedule`), run a few warm-up
-and timed training steps (forward, backward, SGD step), and report throughput and peak memory.
+and timed training steps (forward, backward, SGD step), and report throughput (from the median
+step time) and peak memory.
 It runs in a fresh interpreter (`python -m shoal.schedule.autotune.trial '<spec json>'`) so that
 the peak resident set size (`getrusage(RUSAGE_SELF).ru_maxrss`) belongs to this configuration
-alone; with `world_size > 1` it starts that many gloo processes (tensor parallelism) and reports
-the largest peak over ranks. On CUDA the peak is `torch.cuda.max_memory_allocated` instead.
+alone; it also reports the resident size between steps (after warm-up), so that the difference
+is what a training step adds. With `world_size > 1` it starts that many gloo processes (tensor
+parallelism) and reports the largest values over ranks. On CUDA the peak is
+`torch.cuda.max_memory_allocated` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import json
 import os
 import resource
 import socket
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -69,6 +73,19 @@ def _peak_memory_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def _resident_mb(device: str) -> float:
+    """Memory in use now: resident set size on CPU, allocated bytes on CUDA."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.memory_allocated() / 2**20
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:  # not Linux: fall back to the high-water mark
+        return _peak_memory_mb(device)
+
+
 def measure(spec: TrialSpec, group: Any = None) -> dict[str, float]:
     """Build, schedule and train `spec` in this process; return its measurements."""
     import torch
@@ -94,7 +111,6 @@ def measure(spec: TrialSpec, group: Any = None) -> dict[str, float]:
         t.to(device) for t in entry.make_inputs(cfg, spec.micro_batch_size, spec.seq_len, gen)
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    base_mb = _peak_memory_mb(spec.device)
 
     def step() -> float:
         opt.zero_grad(set_to_none=True)
@@ -105,21 +121,28 @@ def measure(spec: TrialSpec, group: Any = None) -> dict[str, float]:
 
     for _ in range(spec.warmup_steps):
         step()
+    # What the process holds between steps (weights, lazily imported code, allocator caches);
+    # the peak minus this is what a training step adds: activations, gradients, temporaries.
+    opt.zero_grad(set_to_none=True)
+    base_mb = _resident_mb(spec.device)
     if spec.device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    loss = 0.0
+    times, loss = [], 0.0
     for _ in range(spec.steps):
+        start = time.perf_counter()
         loss = step()
-    if spec.device == "cuda":
-        torch.cuda.synchronize()
-    step_time_s = (time.perf_counter() - start) / spec.steps
+        if spec.device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    # The median step: robust to a neighbour process stealing the CPU for one step.
+    step_time_s = statistics.median(times)
     peak_mb = _peak_memory_mb(spec.device)
     return {
         "step_time_s": step_time_s,
+        "step_times_s": times,
         "samples_per_s": spec.micro_batch_size / step_time_s,
         "peak_memory_mb": peak_mb,
-        "peak_memory_before_train_mb": base_mb,
+        "resident_between_steps_mb": base_mb,
         "loss": loss,
     }
 
@@ -164,7 +187,7 @@ def measure_distributed(spec: TrialSpec) -> dict[str, float]:
         codes = [p.exitcode for p in procs]
         raise RuntimeError(f"{spec.world_size - len(results)} rank(s) failed, exit codes {codes}")
     out = dict(results[0])
-    for key in ("step_time_s", "peak_memory_mb", "peak_memory_before_train_mb"):
+    for key in ("step_time_s", "peak_memory_mb", "resident_between_steps_mb"):
         out[key] = max(r[key] for r in results.values())
     out["samples_per_s"] = spec.micro_batch_size / out["step_time_s"]
     return out

@@ -24,9 +24,13 @@ def apply_schedule(
     ckpt_ratio: float = 0.0,
     fusion: bool = False,
     group: Any = None,
+    **kwargs: Any,
 ) -> Any:
-    """Apply the library schedule of `model_name` to `model`; returns the `Schedule`."""
+    """Apply the library schedule of `model_name` to `model`; returns the `Schedule`.
+
+    Extra keyword arguments go to the model's own `apply_schedule` (e.g. `vocab_parallel=True`
+    for `gpt2` and `llama`)."""
     if model_name not in SCHEDULES:
         raise ValueError(f"no schedule for model {model_name!r}; known: {list(SCHEDULES)}")
     module = importlib.import_module(f"shoal.schedule.model_schedule.{model_name}")
-    return module.apply_schedule(model, ckpt_ratio=ckpt_ratio, fusion=fusion, group=group)
+    return module.apply_schedule(model, ckpt_ratio=ckpt_ratio, fusion=fusion, group=group, **kwargs)

@@ -4,7 +4,8 @@ Megatron-style tensor parallelism over `group`: in every block the q/k/v project
 fused qkv) and `mlp.fc_in` are column-parallel (weight and bias split on the output axis; their
 input gradient is all-reduced), `attn.out_proj` and `mlp.fc_out` are row-parallel (output
 all-reduced). Heads split evenly because the model infers its head count from the projection
-width. Embeddings, LayerNorms and the LM head stay replicated. The first
+width. LayerNorms and position embeddings stay replicated; the token embedding and the LM head
+too, unless `vocab_parallel=True` (see `vocab.py`, kept out of the schedule proper). The first
 `int(n_layer * ckpt_ratio)` blocks are activation-checkpointed. `fusion=True` traces each
 attention and horizontally replaces q/k/v with one `FusedQKV` GEMM.
 """
@@ -17,6 +18,7 @@ from torch import nn
 
 import shoal.schedule as slapo
 from shoal.schedule.model_schedule.ops import FusedQKV
+from shoal.schedule.model_schedule.vocab import shard_vocab
 
 
 def schedule(sch: Any, *, ckpt_ratio: float = 0.0, fusion: bool = False) -> None:
@@ -46,6 +48,7 @@ def apply_schedule(
     ckpt_ratio: float = 0.0,
     fusion: bool = False,
     group: Any = None,
+    vocab_parallel: bool = False,
 ) -> Any:
     """Schedule `model` (a `GPT` with biases) over the tensor-parallel `group`; returns the
     `Schedule` (its `.mod` is the scheduled model)."""
@@ -55,4 +58,6 @@ def apply_schedule(
         raise ValueError("the GPT schedule shards biases; build the model with bias=True")
     sch = slapo.create_schedule(model, group=group)
     schedule(sch, ckpt_ratio=ckpt_ratio, fusion=fusion)
+    if vocab_parallel and sch.world_size > 1:
+        shard_vocab(sch, "wte", "lm_head")
     return sch

@@ -3,7 +3,8 @@
 In every block: q/k/v (or the fused qkv) and the SwiGLU `gate_proj`/`up_proj` column-parallel
 with their input gradient all-reduced, `o_proj` and `down_proj` row-parallel with their output
 all-reduced. The projections have no bias. Rotary tables depend only on `head_dim`, so each rank
-rotates the whole heads it holds unchanged; RMSNorms, embeddings and the LM head stay replicated.
+rotates the whole heads it holds unchanged. RMSNorms stay replicated; the embedding and the LM
+head too, unless `vocab_parallel=True` (see `vocab.py`, kept out of the schedule proper).
 The first `int(n_layers * ckpt_ratio)` blocks are activation-checkpointed. `fusion=True`
 replaces q/k/v with one `FusedQKV` GEMM.
 """
@@ -16,6 +17,7 @@ from torch import nn
 
 import shoal.schedule as slapo
 from shoal.schedule.model_schedule.ops import FusedQKV
+from shoal.schedule.model_schedule.vocab import shard_vocab
 
 
 def schedule(sch: Any, *, ckpt_ratio: float = 0.0, fusion: bool = False) -> None:
@@ -45,10 +47,13 @@ def apply_schedule(
     ckpt_ratio: float = 0.0,
     fusion: bool = False,
     group: Any = None,
+    vocab_parallel: bool = False,
 ) -> Any:
     """Schedule `model` (a `Llama`) over the tensor-parallel `group`; returns the `Schedule`."""
     if not 0.0 <= ckpt_ratio <= 1.0:
         raise ValueError(f"ckpt_ratio must be in [0, 1], got {ckpt_ratio}")
     sch = slapo.create_schedule(model, group=group)
     schedule(sch, ckpt_ratio=ckpt_ratio, fusion=fusion)
+    if vocab_parallel and sch.world_size > 1:
+        shard_vocab(sch, "embed_tokens", "lm_head")
     return sch

@@ -1,0 +1,98 @@
+"""Progressive optimization of the GPT model under a memory cap (cf. Slapo's Figure 9); JSON.
+
+    .venv/bin/python bench/schedule_progressive.py [--memory-cap-mb 800] [--steps 3]
+
+Four stages, each adding one schedule feature to the previous: vanilla (no schedule) -> + fusion
+(q/k/v fused into one GEMM) -> + activation checkpointing (every block) -> + tensor parallelism
+(2 gloo processes, 1 thread each; the earlier stages use 1 process with 2 threads, so every stage
+uses the same 2 cores). As in Slapo's ablation, each stage runs at the largest micro-batch size
+that fits: `shoal.schedule.autotune.tune` measures every candidate batch size in a fresh process
+and keeps the fastest one whose peak resident memory per process stays under the cap (candidates
+above a failed size are skipped). Prints one JSON object with every trial and the stage table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+
+import torch
+
+from shoal.schedule.autotune import SearchSpace, TrialSpec, tune
+
+STAGES = [  # (label, fusion, ckpt_ratio, world_size, threads)
+    ("vanilla", False, 0.0, 1, 2),
+    ("+ fusion", True, 0.0, 1, 2),
+    ("+ checkpointing", True, 1.0, 1, 2),
+    ("+ tensor parallelism", True, 1.0, 2, 1),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--memory-cap-mb", type=float, default=800.0)
+    p.add_argument("--batch-sizes", default="2,4,8,16,32")
+    p.add_argument("--n-layer", type=int, default=8)
+    p.add_argument("--n-embd", type=int, default=256)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--steps", type=int, default=3)
+    args = p.parse_args(argv)
+    cfg = {
+        "n_layer": args.n_layer,
+        "n_embd": args.n_embd,
+        "n_head": 8,
+        "vocab_size": 1024,
+        "block_size": args.seq_len,
+    }
+    batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    stages, vanilla = [], None
+    for label, fusion, ratio, world, threads in STAGES:
+        base = TrialSpec(
+            model_config=cfg,
+            seq_len=args.seq_len,
+            world_size=world,
+            threads=threads,
+            steps=args.steps,
+            warmup_steps=1,
+        )
+        space = SearchSpace(micro_batch_sizes=batch_sizes, ckpt_ratios=(ratio,), fusion=(fusion,))
+        result = tune(base, space, args.memory_cap_mb, n_trials=space.size)
+        best = result.best
+        row = {
+            "stage": label,
+            "processes": world,
+            "threads_per_process": threads,
+            "trials": [dataclasses.asdict(t) for t in result.trials],
+        }
+        if best is not None:
+            vanilla = vanilla or best.samples_per_s
+            row.update(
+                micro_batch_size=best.micro_batch_size,
+                samples_per_s=round(best.samples_per_s, 3),
+                peak_rss_mb_per_process=round(best.peak_memory_mb, 1),
+                speedup_vs_vanilla=round(best.samples_per_s / vanilla, 3),
+            )
+        stages.append(row)
+    print(
+        json.dumps(
+            {
+                "bench": "schedule_progressive",
+                "model_config": cfg,
+                "seq_len": args.seq_len,
+                "memory_cap_mb": args.memory_cap_mb,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "load_avg_1m": round(os.getloadavg()[0], 2),
+                "stages": stages,
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
