@@ -6,7 +6,7 @@ returns the optimized model. Everything runs on CPU (gloo) as well as on GPUs; s
 docs/schedule.md for what maps onto which PyTorch 2.x piece.
 """
 
-from . import op, pattern, pipeline, primitives, random, sharding
+from . import hooks, op, pattern, pipeline, primitives, random, sharding
 from .build import build, consolidate_model, init_empty_weights
 from .checkpoint import CheckPointWrapper, checkpoint
 from .errors import ScheduleError, SchedulePathError, VerificationError
@@ -37,6 +37,7 @@ __all__ = [
     "create_schedule",
     "get_cuda_rng_tracker",
     "get_rng_tracker",
+    "hooks",
     "is_random_seed_set",
     "list_primitives",
     "op",

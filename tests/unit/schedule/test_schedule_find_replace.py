@@ -160,13 +160,17 @@ def test_whole_module_replace_moves_all_hooks():
     model.fc1.register_forward_pre_hook(lambda m, i: calls.append("pre"))
     model.fc1.register_forward_hook(lambda m, i, o: calls.append("post"))
     model.fc1.register_full_backward_hook(lambda m, gi, go: calls.append("bwd"))
+    model.fc1.register_forward_pre_hook(lambda m, a, kw: calls.append("pre_kw"), with_kwargs=True)
+    model.fc1.register_forward_hook(lambda m, i, o: calls.append("always"), always_call=True)
     sch = slapo.create_schedule(model)
-    new = nn.Linear(8, 16)
+    old, new = model.fc1, nn.Linear(8, 16)
     sch["fc1"].replace(new)
     assert sch.mod.fc1 is new and sch["fc1"].mod is new
+    assert not slapo.hooks.has_hooks(old)  # moved, not copied
     x = X.clone().requires_grad_()
     sch.mod(x).sum().backward()
-    assert calls == ["pre", "post", "bwd"]
+    assert calls == ["pre", "pre_kw", "post", "always", "bwd"]
+    assert new._is_full_backward_hook and slapo.hooks.get_hooks(new)["bwd_post"]
 
 
 def test_subgraph_replace_moves_first_pre_and_last_post_hooks():

@@ -215,6 +215,16 @@ def test_bad_schedules_raise_one_clear_error():
         sch["layers.0.fc2"].sync("fwd_post", "all_gather")
     with pytest.raises(slapo.ScheduleError, match="cut_pipeline_stage on 'layers.0'"):
         sch["layers.0"].cut_pipeline_stage()  # parent not traced
+    row, col = sch["layers.1.fc2"], sch["layers.1.fc1"]
+    row.shard("weight", axis=1)
+    col.shard(["weight", "bias"], axis=0)
+    with pytest.raises(slapo.ScheduleError, match="partial"):
+        row.sync("fwd_post", "all_gather", axis=1)  # a partial sum cannot be gathered
+    with pytest.raises(slapo.ScheduleError, match="partition"):
+        col.sync("fwd_post", "reduce_scatter", axis=1)  # a partition cannot be summed
+    with pytest.raises(slapo.ScheduleError, match="row-parallel"):
+        row.sync("bwd_post", "all_reduce")
+    col.sync("bwd_post", "all_reduce")  # valid: Megatron's "f" before a column split
     with pytest.raises(KeyError, match="layers.7"):
         sch["layers.7"].shard("weight", 0)
 
