@@ -190,6 +190,11 @@ def test_sync_callable_and_reshard_hooks_single_process():
     sch["fc2"].sync("fwd_pre", "RR->RS")  # identity with one process
     sch.mod(X)
     assert seen == [torch.Size([3, 16])]
+    scaled = slapo.create_schedule(MLP())
+    scaled["fc1"].sync("fwd_pre", "RR->RR")
+    hook = next(iter(scaled.mod.fc1._forward_pre_hooks.values()))
+    args, kwargs = hook(scaled.mod.fc1, (), {"input": X})  # keyword-only call is synced too
+    assert args == () and kwargs["input"] is X
     with pytest.raises(slapo.ScheduleError, match="mode must be"):
         sch["fc1"].sync("fwd", "all_reduce")
     with pytest.raises(slapo.ScheduleError, match="unknown reshard"):

@@ -123,8 +123,20 @@ def _check_last_axis(fn: Callable, axis: int, prim: str, path: str) -> Callable:
     return checked
 
 
+def _sync_first_input(fn: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Apply `fn` to the first positional input, or to the first keyword input if none."""
+    if args:
+        return (fn(args[0]), *args[1:]), kwargs
+    if kwargs:
+        key = next(iter(kwargs))
+        return args, {**kwargs, key: fn(kwargs[key])}
+    raise RuntimeError("sync(fwd_pre/bwd_post): the module was called without inputs")
+
+
 def _register(mod: nn.Module, mode: str, fn: Callable) -> None:
     if mode == "fwd_pre":
-        mod.register_forward_pre_hook(lambda _m, inputs: _on_first(fn, tuple(inputs)))
+        mod.register_forward_pre_hook(
+            lambda _m, args, kwargs: _sync_first_input(fn, tuple(args), kwargs), with_kwargs=True
+        )
     else:
         mod.register_forward_hook(lambda _m, _inputs, output: _on_first(fn, output))
