@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -20,4 +21,9 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(cli())
+    code = cli()
+    # Every output is written and closed by now. Interpreter shutdown can block for many
+    # seconds in torch.distributed teardown, which would delay the controller's next decision.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -6,33 +6,44 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from shoal.runtime.worker import add_run_arguments
+    from shoal.runtime.worker import add_launcher_arguments
 
     p = sub.add_parser("run", help="train a job file on local workers of emulated device kinds")
-    add_run_arguments(p)
-    p.add_argument(
-        "--workers",
-        required=True,
-        metavar="SPEC",
-        help="device kinds, one per worker: e.g. v100,k80,k80 or 2xv100,k80",
-    )
+    add_launcher_arguments(p)
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from shoal.cluster import load_catalog
+    from shoal.errors import UserError
+    from shoal.launcher.events import parse_events
     from shoal.launcher.local import RunSpec, run_local
 
+    if args.resume and args.out and args.out != args.resume:
+        raise UserError("--resume DIR continues the run in DIR: drop --out or make it DIR")
+    out = args.resume or args.out
+    if not out:
+        raise UserError("the following arguments are required: --out (or --resume DIR)")
+    catalog = load_catalog()
+    events = parse_events(args.events) if args.events else []
+    for e in events:
+        if e.kind:
+            catalog.kind(e.kind)
     spec = RunSpec(
         job=args.job,
-        kinds=load_catalog().parse_workers(args.workers),
+        kinds=catalog.parse_workers(args.workers),
         steps=args.steps,
-        out=args.out,
+        out=out,
         consistency=args.consistency,
         seed=args.seed,
         options=args.option,
         replan_every=args.replan_every,
         threads=args.threads,
+        events=events,
+        checkpoint_every=args.checkpoint_every,
+        checkpoint_seconds=args.checkpoint_seconds,
+        checkpoint_dir=args.checkpoint_dir,
+        resume=args.resume is not None,
     )
     result = run_local(spec)
     print(

@@ -7,7 +7,8 @@ Everything a step must share is packed into one int64 tensor and summed:
   the worker that computed micro-batch 0 contributes them, everyone else adds zeros, so the
   sum is that worker's bit pattern (DDP's convention: buffers are those of rank 0);
 - each micro-batch's loss (float64 bits, in slot j), each worker's seconds per micro-batch
-  (float64 bits, in slot rank), and the overflow flag of the exact sum.
+  (float64 bits, in slot rank), membership flags (who leaves after this step, whether the
+  group must regroup) and the overflow flag of the exact sum.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
 """
 
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.runtime.exact import FixedPointAccumulator
+from shoal.runtime.membership import PeerFailure
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -46,6 +48,15 @@ class StepOutcome:
     ok: bool  # False: an exact-mode bound overflowed; the step must be recomputed
     losses: list[float]  # per micro-batch, index j
     seconds_per_micro_batch: list[float | None]  # per worker; None if it computed nothing
+    leaving: list[int]  # ranks that leave the group after this step
+    regroup: bool  # the group must re-form after this step (someone joins)
+
+
+def _collective(fn, *args, **kwargs) -> None:
+    try:
+        fn(*args, **kwargs)
+    except RuntimeError as exc:  # gloo/nccl report a dead or vanished peer this way
+        raise PeerFailure(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
 
 
 class StepReducer:
@@ -72,7 +83,7 @@ class StepReducer:
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
-            extra = self.num_buffer_bits + num_micro_batches + self.world_size + 1
+            extra = self.num_buffer_bits + num_micro_batches + 2 * self.world_size + 2
             self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints:]
         self.buf.zero_()
@@ -90,37 +101,43 @@ class StepReducer:
         if micro_batch == 0 and self.buffers:
             self.extra[: self.num_buffer_bits] = torch.cat([bits_of(b) for b in self.buffers])
 
-    def reduce(self, seconds_per_micro_batch: float | None) -> StepOutcome:
-        M, nb = self._num_micro_batches, self.num_buffer_bits
+    def reduce(
+        self, seconds_per_micro_batch: float | None, leaving: bool = False, regroup: bool = False
+    ) -> StepOutcome:
+        M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
         if self.losses:
             js = sorted(self.losses)
             idx = torch.tensor(js, device=self.device) + nb
             self.extra.index_copy_(0, idx, _f64_bits([self.losses[j] for j in js]).to(self.device))
         if seconds_per_micro_batch is not None:
             self.extra[nb + M + self.rank] = _f64_bits([seconds_per_micro_batch])[0]
-        overflow = bool(self.fixed and self.fixed.overflow)
-        self.extra[-1] = int(overflow)
-        if self.world_size > 1:
+        self.extra[nb + M + W + self.rank] = int(leaving)
+        self.extra[-2] = int(regroup)
+        self.extra[-1] = int(bool(self.fixed and self.fixed.overflow))
+        if W > 1:
             if self.fixed is None:
-                dist.all_reduce(self.flat_grad)
-            dist.all_reduce(self.buf)
+                _collective(dist.all_reduce, self.flat_grad)
+            _collective(dist.all_reduce, self.buf)
         extra = self.extra.cpu()
         if int(extra[-1]) > 0:
             self._rebound()
-            return StepOutcome(False, [], [])
+            return StepOutcome(False, [], [], [], False)
         self._write_buffers(extra[:nb])
         if self.fixed:
             self.fixed.decode(self.buf[: self.fixed.numel])
         else:
             self.flat_grad /= M
         losses = extra[nb : nb + M].view(torch.float64).tolist()
-        times = extra[nb + M : nb + M + self.world_size].view(torch.float64).tolist()
-        return StepOutcome(True, losses, [t if t > 0 else None for t in times])
+        times = extra[nb + M : nb + M + W].view(torch.float64).tolist()
+        leavers = [r for r in range(W) if int(extra[nb + M + W + r]) > 0]
+        return StepOutcome(
+            True, losses, [t if t > 0 else None for t in times], leavers, int(extra[-2]) > 0
+        )
 
     def _rebound(self) -> None:
         global_max = self.fixed.local_max.clone()
         if self.world_size > 1:
-            dist.all_reduce(global_max, op=dist.ReduceOp.MAX)
+            _collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
         self.fixed.rebound(global_max)
 
     def _write_buffers(self, bits: torch.Tensor) -> None:

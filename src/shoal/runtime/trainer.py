@@ -21,6 +21,7 @@ import torch
 from shoal.control import Rebalancer, SpeedEstimator
 from shoal.job import Job
 from shoal.plan import DataOrder, micro_batch_seed
+from shoal.runtime.membership import PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepReducer
 
@@ -50,6 +51,8 @@ class StepRecord:
     seconds_per_micro_batch: list[float | None]  # per worker
     step_time_s: float
     redone: int  # exact-mode recomputations of this step (bound overflow)
+    leaving: list[int]  # ranks leaving after this step
+    regroup: bool  # the group re-forms after this step
 
 
 class Trainer:
@@ -71,19 +74,36 @@ class Trainer:
         self.model = job.model().to(self.device).train()
         self.optimizer = job.optimizer(self.model.parameters())
         self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
-        self.reducer = StepReducer(self.model, consistency, rank, world_size)
+        self.consistency, self.replan_every = consistency, replan_every
+        self.reducer = None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.collate = job.collate_fn or torch.utils.data.default_collate
-        estimator = SpeedEstimator(list(prior_s or [1.0] * world_size))
-        self.rebalancer = Rebalancer(job.num_micro_batches, estimator, replan_every)
         self.step, self.samples_seen = 0, 0
+        self.regroup(rank, world_size, prior_s)
 
-    def train_step(self) -> StepRecord:
+    def regroup(self, rank: int, world_size: int, prior_s: Sequence[float] | None = None) -> None:
+        """Train with a new group: new rank and world size; the training state is kept."""
+        state = self.reducer.state_dict() if self.reducer else None
+        self.rank, self.world_size = rank, world_size
+        self.reducer = StepReducer(self.model, self.consistency, rank, world_size)
+        if state is not None:
+            self.reducer.load_state_dict(state)
+        estimator = SpeedEstimator(list(prior_s or [1.0] * world_size))
+        self.rebalancer = Rebalancer(self.job.num_micro_batches, estimator, self.replan_every)
+
+    def train_step(self, leaving: bool = False, regroup: bool = False) -> StepRecord:
         start, plan = time.perf_counter(), self.rebalancer.plan
         mine, redone = plan.indices(self.rank), 0
+        bounds = self.reducer.state_dict()
         while True:
             busy_s = self._compute(mine, plan.num_micro_batches)
-            outcome = self.reducer.reduce(busy_s / len(mine) if mine else None)
+            try:
+                outcome = self.reducer.reduce(
+                    busy_s / len(mine) if mine else None, leaving, regroup
+                )
+            except PeerFailure:
+                self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
+                raise
             if outcome.ok:
                 break
             redone += 1  # a gradient exceeded its fixed-point bound: recompute with exact bounds
@@ -98,6 +118,8 @@ class Trainer:
             seconds_per_micro_batch=outcome.seconds_per_micro_batch,
             step_time_s=time.perf_counter() - start,
             redone=redone,
+            leaving=outcome.leaving,
+            regroup=outcome.regroup,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         self.step += 1

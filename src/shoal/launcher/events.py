@@ -1,0 +1,82 @@
+"""Injected membership events for `shoal run --events`: revocations, kills and joins.
+
+Format: items separated by ';' or newlines, each `step N: ACTION` or `at T s: ACTION`:
+    kill W          SIGKILL worker W (an abrupt loss: no notice)
+    notice W [Ds]   a revocation notice: SIGTERM now, SIGKILL after D seconds if still there
+    leave W         a graceful leave (a notice with no deadline)
+    add KIND        a new worker of that device kind joins
+W is a worker number (w0, w1, ... in order of creation; `1` and `w1` both work). A spot
+trace converts into the same list.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from dataclasses import dataclass
+
+from shoal.errors import UserError
+
+_ITEM = re.compile(
+    r"^(?:step\s+(?P<step>\d+)|at\s+(?P<at>\d+(?:\.\d+)?)\s*s)\s*:\s*"
+    r"(?P<action>kill|notice|leave|add)\s+(?P<arg>\S+)(?:\s+(?P<deadline>\d+(?:\.\d+)?)\s*s)?$"
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    action: str  # kill | notice | leave | add
+    step: int | None = None  # fire once this many steps have completed
+    at_s: float | None = None  # or this many seconds after launch
+    worker: str | None = None  # w<N> for kill/notice/leave
+    kind: str | None = None  # device kind for add
+    deadline_s: float | None = None  # notice: seconds until a hard kill
+
+    def due(self, steps_done: int, elapsed_s: float) -> bool:
+        if self.step is not None:
+            return steps_done >= self.step
+        return elapsed_s >= self.at_s
+
+
+def parse_events(text: str, source: str = "--events") -> list[Event]:
+    path = pathlib.Path(text)
+    if "\n" not in text and ":" in text and not path.is_file():
+        lines = text.split(";")
+    else:
+        if not path.is_file():
+            raise UserError(f"{source}: no such events file {text!r}")
+        source = str(path)
+        lines = path.read_text().replace(";", "\n").splitlines()
+    events = []
+    for number, raw in enumerate(lines, start=1):
+        item = raw.split("#", 1)[0].strip()
+        if not item:
+            continue
+        m = _ITEM.match(item)
+        if not m:
+            raise UserError(
+                f"{source}: item {number}: cannot parse {item!r} "
+                "(expected e.g. 'step 10: kill 1' or 'at 5s: add k80')"
+            )
+        action, arg = m["action"], m["arg"]
+        worker = kind = None
+        if action == "add":
+            kind = arg.lower()
+        else:
+            if not re.fullmatch(r"w?\d+", arg):
+                raise UserError(f"{source}: item {number}: bad worker {arg!r}")
+            worker = "w" + arg.lstrip("w")
+        deadline = float(m["deadline"]) if m["deadline"] else None
+        if deadline is not None and action != "notice":
+            raise UserError(f"{source}: item {number}: only a notice takes a deadline")
+        events.append(
+            Event(
+                action,
+                int(m["step"]) if m["step"] else None,
+                float(m["at"]) if m["at"] else None,
+                worker,
+                kind,
+                deadline,
+            )
+        )
+    return events

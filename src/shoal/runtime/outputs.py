@@ -1,0 +1,162 @@
+"""What a run writes: `metrics.jsonl`, `result.json`, the job fingerprint and the spool location.
+
+`metrics.jsonl` has one JSON object per line. Step lines (`"kind": "step"`) are written by
+rank 0 of the current group; membership lines (`"kind": "membership"`) by the launcher
+(join, leave, fail) and by rank 0 after a regroup (recover, with the recovery time and the
+steps of work lost). Lines are appended with single writes, so the two writers never tear a
+line; a step recomputed after a failure is logged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import time
+from typing import Any
+
+from shoal.errors import UserError
+
+
+def prepare_out_dir(out_dir: str | pathlib.Path) -> pathlib.Path:
+    """Create the run directory and check it can be written, or fail with a one-line error."""
+    out = pathlib.Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".shoal-write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
+    return out
+
+
+def append_line(path: pathlib.Path, record: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def last_logged_step(path: pathlib.Path) -> int:
+    if not path.exists():
+        return -1
+    last = -1
+    for line in path.read_text().splitlines():
+        if '"kind": "step"' in line:
+            try:
+                last = max(last, json.loads(line)["step"])
+            except (ValueError, KeyError):
+                continue
+    return last
+
+
+def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
+    path = pathlib.Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def job_fingerprint(job_path: str, options: dict, job, consistency: str, model) -> str:
+    shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
+    blob = json.dumps(
+        [
+            pathlib.Path(job_path).name,
+            sorted(options.items()),
+            job.micro_batch_size,
+            job.global_batch_size,
+            job.seed,
+            consistency,
+            shapes,
+        ],
+        default=repr,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def spool_dir(out: pathlib.Path) -> str:
+    """A node-local directory where a stopping worker leaves its state for its successor."""
+    run = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:16]
+    local = os.environ.get("LOCAL_RANK", "0")
+    return str(pathlib.Path(tempfile.gettempdir()) / "shoal-spool" / run / local)
+
+
+class StepLog:
+    """Rank 0's view of the run: step lines and recovery events."""
+
+    def __init__(self, out: pathlib.Path, group, job, fingerprint: str, t0: float):
+        self.path = out / "metrics.jsonl"
+        self.group, self.job, self.t0 = group, job, t0  # t0: the run's start (wall clock)
+        self.logged = last_logged_step(self.path)
+
+    def step(self, rec, trainer) -> None:
+        if rec.step <= self.logged:
+            return  # recomputed after a failure: already logged, and bitwise the same
+        self.logged = rec.step
+        g = self.group
+        append_line(
+            self.path,
+            {
+                "kind": "step",
+                "step": rec.step,
+                "loss": rec.loss,
+                "global_batch_size": rec.global_batch_size,
+                "micro_batch_size": self.job.micro_batch_size,
+                "step_time_s": rec.step_time_s,
+                "samples_per_s": rec.global_batch_size / rec.step_time_s,
+                "wall_time_s": time.time() - self.t0,
+                "redone": rec.redone,
+                "generation": g.generation,
+                "workers": [
+                    {
+                        "id": g.ids[r],
+                        "rank": r,
+                        "device": g.kinds[r],
+                        "micro_batches": n,
+                        "micro_batch_time_s": t,
+                    }
+                    for r, (n, t) in enumerate(
+                        zip(rec.micro_batches, rec.seconds_per_micro_batch, strict=True)
+                    )
+                ],
+            },
+        )
+
+    def recovered(self, group, ended_at: float, lost: int, source: str) -> None:
+        append_line(
+            self.path,
+            {
+                "kind": "membership",
+                "event": "recover",
+                "worker": group.ids[0],
+                "device": group.kinds[0],
+                "step": self.logged,
+                "wall_time_s": time.time() - self.t0,
+                "recovery_time_s": time.time() - ended_at,
+                "lost_steps": lost,
+                "detail": f"generation {group.generation}: {group.world_size} workers, "
+                f"state from {source}",
+            },
+        )
+
+
+def write_result(
+    out, trainer, group, digest, wall_s, consistency, ckpt, fingerprint, samples_at_start
+) -> None:
+    write_json_atomic(
+        pathlib.Path(out) / "result.json",
+        {
+            "final_step": trainer.step,
+            "state_sha256": digest,
+            "wall_time_s": wall_s,
+            "samples_per_s": (trainer.samples_seen - samples_at_start) / wall_s,
+            "consistency": consistency,
+            "workers": list(group.kinds),
+            "checkpoint": ckpt,
+            "fingerprint": fingerprint,
+        },
+    )

@@ -1,0 +1,77 @@
+"""Bringing every member of a new group to the newest training state any of them holds.
+
+At a step boundary every data-parallel worker holds the whole state, so a new group needs no
+disk: members agree (all-reduce MAX) on the newest step held, and the lowest rank holding it
+broadcasts its state (serialised with torch.save, loaded with weights_only=True) unless every
+member already holds that step (members that completed the same steps are bitwise equal).
+Only if nobody holds any state does the group fall back to a durable checkpoint or spool.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from shoal.runtime.membership import broadcast_bytes
+from shoal.runtime.reduce import _collective
+from shoal.runtime.state import load_training_state, training_state
+
+
+def serialize(state: dict) -> bytes:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+def deserialize(data: bytes) -> dict:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def sync_state(
+    trainer,
+    has_state: bool,
+    fallback: Callable[[], dict | None],
+    device: torch.device,
+    attempted_step: int = -1,
+) -> tuple[str, int]:
+    """Make every member's state the newest held.
+
+    `attempted_step` is the step this worker was computing when its last group broke (-1 if
+    none). Returns (where the state came from, steps of work lost).
+    """
+    world = dist.get_world_size() if dist.is_initialized() else 1
+
+    def agree_max(values: list[int]) -> list[int]:
+        t = torch.tensor(values, dtype=torch.int64, device=device)
+        if world > 1:
+            _collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
+        return [int(v) for v in t]
+
+    mine = trainer.step if has_state else -1
+    if agree_max([mine])[0] < 0:  # nobody holds state: the spool or durable checkpoint, if any
+        saved = fallback()
+        if saved is not None:
+            load_training_state(trainer, saved)
+            mine = trainer.step
+    newest, neg_oldest, attempted = agree_max([mine, -mine, attempted_step])
+    oldest = -neg_oldest
+    lost = max(0, attempted + 1 - max(newest, 0)) if attempted >= 0 else 0
+    if newest == oldest:
+        return ("local" if newest >= 0 else "fresh"), lost
+    rank = dist.get_rank()
+    src = torch.tensor([rank if mine == newest else world], dtype=torch.int64, device=device)
+    _collective(dist.all_reduce, src, op=dist.ReduceOp.MIN)
+    src_rank = int(src)
+    data = serialize(training_state(trainer)) if rank == src_rank else None
+    try:
+        received = broadcast_bytes(data, src_rank, device)
+    except RuntimeError as exc:
+        from shoal.runtime.membership import PeerFailure
+
+        raise PeerFailure(str(exc)) from exc
+    if rank != src_rank:
+        load_training_state(trainer, deserialize(received))
+    return f"peer rank {src_rank}", lost
