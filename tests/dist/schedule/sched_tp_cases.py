@@ -345,6 +345,26 @@ def tp_attention_fused_qkv(rank: int) -> None:
     close(sch.mod.out.weight.grad, _slice(ref.out.weight.grad, 1, rank))
 
 
+def collective_fallbacks(rank: int) -> None:
+    """The list all_gather / all_reduce+slice fallbacks agree with the tensor collectives."""
+    from shoal.schedule.sharding import collectives as C
+
+    x = torch.arange(24.0).view(2, 3, 4) * (rank + 1)
+    fast = [C.all_gather_along(x, 1, None), C.reduce_scatter_along(x, 2, None)]
+    backend = str(dist.get_backend())
+    keys = {(backend, "all_gather_into_tensor"), (backend, "reduce_scatter_tensor")}
+    C._UNSUPPORTED.update(keys)
+    try:
+        slow = [C.all_gather_along(x, 1, None), C.reduce_scatter_along(x, 2, None)]
+    finally:
+        C._UNSUPPORTED.difference_update(keys)
+    assert fast[0].shape == (2, 6, 4) and fast[1].shape == (2, 3, 2)
+    close(fast[0][:, 3 * rank : 3 * rank + 3], x)
+    close(fast[1], _slice(x / (rank + 1) * 3, 2, rank))  # sum of (1x + 2x)
+    for a, b in zip(fast, slow, strict=True):
+        close(a, b)
+
+
 CASES = {
     "column_linear": column_linear,
     "row_linear": row_linear,
@@ -359,6 +379,7 @@ CASES = {
     "parallel_cross_entropy": parallel_cross_entropy,
     "meta_init_build": meta_init_build,
     "reshard_strings": reshard_strings,
+    "collective_fallbacks": collective_fallbacks,
     "dtensor_backend_mlp": dtensor_backend_mlp,
     "dtensor_backend_verify": dtensor_backend_sequence_parallel_verify,
 }

@@ -28,6 +28,7 @@ CASES = [
     "parallel_cross_entropy",
     "meta_init_build",
     "reshard_strings",
+    "collective_fallbacks",
     "dtensor_backend_mlp",
     "dtensor_backend_verify",
     "pipeline_gpipe",
