@@ -43,19 +43,35 @@ class Net(nn.Module):
         return self.head(x)
 
 
+class TwoStreams(nn.Module):
+    """Two tensors cross the stage boundary (the block output and a skip connection)."""
+
+    def __init__(self, hidden: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, hidden)
+        self.layers = nn.ModuleList(Block(hidden) for _ in range(2))
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = self.embed(x)
+        h = self.layers[0](skip)
+        h = self.layers[1](h)
+        return self.head(h + skip)
+
+
 def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(out, target)
 
 
-def _pipeline(rank: int, schedule: str) -> None:
+def _pipeline(rank: int, schedule: str, net: type[nn.Module] = Net, cut: str = "layers.1") -> None:
     torch.manual_seed(0)
-    model = Net()
+    model = net()
     ref = copy.deepcopy(model)
     x, y = torch.randn(8, 4), torch.randn(8, 2)
 
     sch = slapo.create_schedule(model)
     sch.trace_until("layers")
-    sch["layers.1"].cut_pipeline_stage()
+    sch[cut].cut_pipeline_stage()
     pipe, _ = slapo.build(
         sch, target="pipeline", num_microbatches=NUM_MICROBATCHES, schedule=schedule, loss_fn=_loss
     )
@@ -91,4 +107,12 @@ def one_f_one_b(rank: int) -> None:
     _pipeline(rank, "1f1b")
 
 
-CASES = {"pipeline_gpipe": gpipe, "pipeline_1f1b": one_f_one_b}
+def two_values_cross_the_cut(rank: int) -> None:
+    _pipeline(rank, "1f1b", TwoStreams, "layers.0")
+
+
+CASES = {
+    "pipeline_gpipe": gpipe,
+    "pipeline_1f1b": one_f_one_b,
+    "pipeline_two_values": two_values_cross_the_cut,
+}

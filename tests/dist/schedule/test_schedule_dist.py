@@ -33,6 +33,7 @@ CASES = [
     "dtensor_backend_verify",
     "pipeline_gpipe",
     "pipeline_1f1b",
+    "pipeline_two_values",
 ]
 
 
