@@ -36,7 +36,7 @@ def init_empty_weights(enable: bool = True, include_buffers: bool = False) -> It
 
     def register_parameter(self: nn.Module, name: str, param: Any) -> None:
         orig_param(self, name, param)
-        if param is not None:
+        if param is not None and not param.is_meta:  # already-meta (tied) params stay shared
             cls, attrs = type(param), vars(param)
             meta = cls(param.to("meta"), requires_grad=param.requires_grad)
             meta.__dict__.update(attrs)
@@ -80,11 +80,17 @@ def consolidate_model(
     device = torch.device(device) if device is not None else _model_device(model)
     group = sch.group
     distributed = dist.is_available() and dist.is_initialized() and sch.world_size > 1
+    done: dict[int, torch.Tensor] = {}  # meta tensor id -> materialized (keeps ties tied)
     for path, mod in model.named_modules():
         local = {
-            k: v for k, v in [*mod._parameters.items(), *mod._buffers.items()] if v is not None
+            k: v
+            for k, v in [*mod._parameters.items(), *mod._buffers.items()]
+            if v is not None and v.is_meta
         }
-        if not any(v.is_meta for v in local.values()):
+        for key in [k for k, v in local.items() if id(v) in done]:
+            table = mod._parameters if key in mod._parameters else mod._buffers
+            table[key] = done[id(local.pop(key))]
+        if not local:
             continue
         sharded = {}
         for key, tensor in local.items():
@@ -98,7 +104,6 @@ def consolidate_model(
                 mod._buffers[key] = full
             if getattr(tensor, "shard_axis", None) is not None:
                 sharded[key] = tensor.shard_axis
-        sizes = {k: getattr(mod, k, None) for k in ("in_features", "out_features")}
         with torch.no_grad():
             if init_weights:
                 _run_init(init_weights, mod, path)
@@ -110,9 +115,7 @@ def consolidate_model(
                     axis, ws = sharded[key], sch.world_size
                     chunk = full.data.chunk(ws, dim=axis)[sch.rank].clone()
                     full.data = chunk
-        for attr, value in sizes.items():
-            if value is not None:
-                setattr(mod, attr, value)
+                done[id(local[key])] = full
     return model
 
 

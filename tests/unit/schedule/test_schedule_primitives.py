@@ -245,6 +245,11 @@ def test_init_empty_weights_and_build_materialize_on_cpu():
     assert all(p.device.type == "cpu" for p in built.parameters())
     assert built.fc1.weight.abs().sum() > 0 and built.fc1.weight.shape == (16, 8)
     assert built(X).shape == (3, 8)
+    with slapo.init_empty_weights():
+        tied = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        tied[1].weight = tied[0].weight
+    tied, _ = slapo.build(slapo.create_schedule(tied))
+    assert tied[1].weight is tied[0].weight and not tied[0].weight.is_meta
     seen = []
     with slapo.init_empty_weights():
         other = MLP()
