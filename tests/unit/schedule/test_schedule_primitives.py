@@ -91,6 +91,32 @@ def test_checkpoint_replays_dropout_mask():
     torch.testing.assert_close(gx, gx_ref)
 
 
+def test_checkpoint_replays_the_tensor_parallel_stream():
+    def make():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 8))
+        sch = slapo.create_schedule(model)
+        sch["1"].fork_rng()  # dropout draws from the model-parallel stream
+        return model, sch
+
+    ref, _ = make()
+    model, sch = make()
+    sch.checkpoint()  # the whole model: recompute must redraw the same forked mask
+    slapo.set_random_seed(3, tp_rank=1)
+    out_ref, gx_ref = _grads(ref, X)
+    after_ref = slapo.get_cuda_rng_tracker().get_states()
+    slapo.set_random_seed(3, tp_rank=1)
+    out, gx = _grads(sch.mod, X)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(gx, gx_ref)
+    for p, p_ref in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, p_ref.grad)
+    # and the stream advanced exactly as without checkpointing
+    after = slapo.get_cuda_rng_tracker().get_states()
+    torch.testing.assert_close(after["model-parallel-rng"][0], after_ref["model-parallel-rng"][0])
+    slapo.set_random_seed(0)
+
+
 @pytest.mark.parametrize("compiler", [None, "aot_eager", "TorchScript"])
 def test_fuse_subgraph(compiler):
     ref = MLP()

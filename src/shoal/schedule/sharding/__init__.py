@@ -5,6 +5,7 @@ from .reshard_ops import reshard_fn
 from .sync_ops import (
     all_gather_forward_output,
     all_to_all_forward,
+    gather_forward_output,
     reduce_backward_grad,
     reduce_backward_input,
     reduce_forward_output,
@@ -14,6 +15,7 @@ from .sync_ops import (
 
 __all__ = [
     "all_gather_forward_output",
+    "gather_forward_output",
     "gen_embedding_hooks",
     "vocab_parallel_embedding_hooks",
     "all_to_all_forward",

@@ -94,9 +94,6 @@ def reduce_backward_grad(x: torch.Tensor, group: Any = None) -> torch.Tensor:
     return _ReduceBackward.apply(x, group)
 
 
-reduce_backward_input = reduce_backward_grad
-
-
 def all_gather_forward_output(
     x: torch.Tensor, dim: int, group: Any = None, tensor_parallel_output_grad: bool = True
 ) -> torch.Tensor:
@@ -119,3 +116,8 @@ def all_to_all_forward(
 ) -> torch.Tensor:
     """Re-partition from `gather_dim`-sharded to `scatter_dim`-sharded; backward is the inverse."""
     return _AllToAll.apply(x, scatter_dim, gather_dim, group)
+
+
+# other names programs use for the same operations
+reduce_backward_input = reduce_backward_grad
+gather_forward_output = all_gather_forward_output
