@@ -31,6 +31,7 @@ CASES = [
     "collective_fallbacks",
     "dtensor_backend_mlp",
     "dtensor_backend_verify",
+    "dtensor_backend_embedding_sp",
     "pipeline_gpipe",
     "pipeline_1f1b",
     "pipeline_two_values",
