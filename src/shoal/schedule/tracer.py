@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import fx, nn
 
 from .errors import schedule_error
@@ -43,11 +44,12 @@ class ScheduleTracer(fx.Tracer):
 
 def _to_graph_module(mod: nn.Module, graph: fx.Graph) -> fx.GraphModule:
     gm = fx.GraphModule(mod, graph, class_name=type(mod).__name__)
-    # keep simple config attributes (num_heads, hidden_size, ...) that schedules read back
+    # keep config attributes (num_heads, hidden_size, a config object, ...) that schedules
+    # read back; tensors and modules are what fx itself decides to keep
     for key, value in vars(mod).items():
         if key.startswith("_") or key == "training" or hasattr(gm, key):
             continue
-        if isinstance(value, _PLAIN):
+        if isinstance(value, _PLAIN) or not (callable(value) or isinstance(value, torch.Tensor)):
             setattr(gm, key, value)
     return gm
 

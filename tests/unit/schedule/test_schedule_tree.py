@@ -72,13 +72,14 @@ def test_register_primitive_exposes_a_method():
 
 def test_trace_keeps_hierarchy_and_numerics():
     model = Net()
+    model.config = {"hidden": 8}  # a config object: must still be readable after tracing
     x = torch.randn(3, 8)
     expected = model(x)
     sch = slapo.create_schedule(model)
     assert sch.trace()
     assert isinstance(sch.mod, fx.GraphModule)
     assert isinstance(sch["layers.0"].mod, fx.GraphModule)  # children traced separately
-    assert sch.mod.num_layers == 2  # plain attributes survive
+    assert sch.mod.num_layers == 2 and sch.mod.config == {"hidden": 8}  # attributes survive
     targets = [n.target for n in sch.mod.graph.nodes if n.op == "call_module"]
     assert targets == ["layers.0", "layers.1", "head"]
     assert list(sch.child) == ["layers.0", "layers.1", "head"]
