@@ -1,7 +1,8 @@
 """Schedules in 2 gloo processes, compared numerically with the unscheduled model.
 
 One spawn runs every case (process start-up dominates on a small CPU box): tensor parallelism
-(`sched_tp_cases`) and a 2-stage pipeline (`sched_pipeline_cases`).
+(`sched_tp_cases`), its DTensor backend (`sched_dtensor_cases`) and a 2-stage pipeline
+(`sched_pipeline_cases`).
 """
 
 import pathlib
@@ -40,7 +41,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    return run_cases(["sched_tp_cases", "sched_pipeline_cases"])
+    return run_cases(["sched_tp_cases", "sched_dtensor_cases", "sched_pipeline_cases"])
 
 
 def test_every_case_is_listed(results):
