@@ -1,8 +1,8 @@
 """Schedules in 2 gloo processes, compared numerically with the unscheduled model.
 
 One spawn runs every case (process start-up dominates on a small CPU box): tensor parallelism
-(`sched_tp_cases`), its DTensor backend (`sched_dtensor_cases`) and a 2-stage pipeline
-(`sched_pipeline_cases`).
+(`sched_tp_cases`), its DTensor backend (`sched_dtensor_cases`), a whole Slapo-style program
+(`sched_program_cases`) and a 2-stage pipeline (`sched_pipeline_cases`).
 """
 
 import pathlib
@@ -33,6 +33,7 @@ CASES = [
     "dtensor_backend_mlp",
     "dtensor_backend_verify",
     "dtensor_backend_embedding_sp",
+    "decoder_program",
     "pipeline_gpipe",
     "pipeline_1f1b",
     "pipeline_two_values",
@@ -41,7 +42,9 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    return run_cases(["sched_tp_cases", "sched_dtensor_cases", "sched_pipeline_cases"])
+    return run_cases(
+        ["sched_tp_cases", "sched_dtensor_cases", "sched_program_cases", "sched_pipeline_cases"]
+    )
 
 
 def test_every_case_is_listed(results):
