@@ -91,8 +91,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    import optuna
+
     from shoal.models import get_model_entry
     from shoal.schedule.autotune import SearchSpace, TrialSpec, run_trial, tune
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is printed below
 
     overrides = parse_overrides(args.config)
     try:

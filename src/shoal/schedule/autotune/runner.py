@@ -14,9 +14,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from shoal.schedule.autotune.trial import RESULT_PREFIX, TrialSpec
 
@@ -30,6 +32,7 @@ class TrialOutcome:
     status: str
     samples_per_s: float | None = None
     step_time_s: float | None = None
+    cpu_time_s: float | None = None
     peak_memory_mb: float | None = None
     detail: str = ""
     raw: dict = field(default_factory=dict)
@@ -54,6 +57,13 @@ def _tree_rss_max_mb(pid: int) -> float:
     return peak
 
 
+def _read_and_close(fh: IO[str]) -> str:
+    fh.seek(0)
+    text = fh.read()
+    fh.close()
+    return text
+
+
 def run_trial(
     spec: TrialSpec,
     memory_cap_mb: float | None = None,
@@ -74,10 +84,12 @@ def run_trial(
     src = str(Path(__file__).resolve().parents[3])  # .../src, so the child imports this shoal
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, "-m", "shoal.schedule.autotune.trial", spec.to_json()]
+    # Files rather than pipes: a chatty trial must not block on a full pipe while we poll.
+    out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
         cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out_file,
+        stderr=err_file,
         text=True,
         env=env,
         start_new_session=True,  # so a kill reaches the rank processes too
@@ -85,18 +97,25 @@ def run_trial(
     start = time.monotonic()
     killed_for = ""
     polled_peak = 0.0
-    while proc.poll() is None:
-        if time.monotonic() - start > timeout_s:
-            killed_for = "timeout"
-        elif memory_cap_mb is not None:
-            polled_peak = max(polled_peak, _tree_rss_max_mb(proc.pid))
-            if polled_peak > memory_cap_mb:
-                killed_for = "over_cap"
-        if killed_for:
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - start > timeout_s:
+                killed_for = "timeout"
+            elif memory_cap_mb is not None:
+                polled_peak = max(polled_peak, _tree_rss_max_mb(proc.pid))
+                if polled_peak > memory_cap_mb:
+                    killed_for = "over_cap"
+            if killed_for:
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+            time.sleep(poll_s)
+        proc.wait()
+    except BaseException:  # e.g. Ctrl-C: do not leave the trial (own session) running
+        if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(poll_s)
-    stdout, stderr = proc.communicate()
+        raise
+    finally:
+        stdout, stderr = _read_and_close(out_file), _read_and_close(err_file)
     if killed_for == "timeout":
         return TrialOutcome("timeout", detail=f"no result within {timeout_s:.0f} s")
     if killed_for == "over_cap":
@@ -113,6 +132,7 @@ def run_trial(
                 "over_cap" if over else "ok",
                 samples_per_s=raw["samples_per_s"],
                 step_time_s=raw["step_time_s"],
+                cpu_time_s=raw.get("cpu_time_s"),
                 peak_memory_mb=raw["peak_memory_mb"],
                 raw=raw,
             )

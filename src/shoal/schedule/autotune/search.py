@@ -56,6 +56,7 @@ class TrialRecord:
     samples_per_s: float | None = None
     peak_memory_mb: float | None = None
     step_time_s: float | None = None
+    cpu_time_s: float | None = None  # CPU seconds per step, summed over processes
     detail: str = ""
 
     @property
@@ -153,6 +154,7 @@ def tune(
                 samples_per_s=out.samples_per_s,
                 peak_memory_mb=out.peak_memory_mb,
                 step_time_s=out.step_time_s,
+                cpu_time_s=out.cpu_time_s,
                 detail=out.detail,
             )
             if out.status in ("over_cap", "oom"):

@@ -127,19 +127,23 @@ def measure(spec: TrialSpec, group: Any = None) -> dict[str, float]:
     base_mb = _resident_mb(spec.device)
     if spec.device == "cuda":
         torch.cuda.synchronize()
-    times, loss = [], 0.0
+    times, cpu_times, loss = [], [], 0.0
     for _ in range(spec.steps):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         loss = step()
         if spec.device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        # CPU seconds of this process (all its threads): unlike wall time, barely moved by other
+        # processes competing for the cores, so it tracks the work a configuration does.
+        cpu_times.append(time.process_time() - cpu_start)
     # The median step: robust to a neighbour process stealing the CPU for one step.
     step_time_s = statistics.median(times)
     peak_mb = _peak_memory_mb(spec.device)
     return {
         "step_time_s": step_time_s,
         "step_times_s": times,
+        "cpu_time_s": statistics.median(cpu_times),
         "samples_per_s": spec.micro_batch_size / step_time_s,
         "peak_memory_mb": peak_mb,
         "resident_between_steps_mb": base_mb,
@@ -189,6 +193,7 @@ def measure_distributed(spec: TrialSpec) -> dict[str, float]:
     out = dict(results[0])
     for key in ("step_time_s", "peak_memory_mb", "resident_between_steps_mb"):
         out[key] = max(r[key] for r in results.values())
+    out["cpu_time_s"] = sum(r["cpu_time_s"] for r in results.values())  # over all ranks
     out["samples_per_s"] = spec.micro_batch_size / out["step_time_s"]
     return out
 
