@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import tempfile
+import threading
 import traceback
 from datetime import timedelta
 
@@ -55,7 +56,9 @@ def run_cases(modules: list[str]) -> dict[str, list[str]]:
             args=(modules, free_port(), out_dir),
             nprocs=WORLD_SIZE,
             join=True,
-            start_method="fork",  # children inherit the imported torch: no 2x import time
+            # fork: the ranks inherit the imported torch (start-up dominates on 2 cores);
+            # spawn if the parent already runs Python threads, which fork does not copy safely
+            start_method="fork" if threading.active_count() == 1 else "spawn",
         )
         per_rank = []
         for rank in range(WORLD_SIZE):
