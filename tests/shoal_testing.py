@@ -1,6 +1,7 @@
 """Helpers shared by the multi-process tests (importable as `shoal_testing`)."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -9,24 +10,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "examples" / "digits.py")
 
 
-def shoal_run(out: pathlib.Path, workers: str, steps: int, *extra: str, job: str = DIGITS) -> dict:
-    """Run `shoal run` in a real subprocess; return result.json."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "shoal",
-        "run",
-        job,
-        "--workers",
-        workers,
-        "--steps",
-        str(steps),
-        "--out",
-        str(out),
-        *extra,
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def shoal_run(
+    out: pathlib.Path,
+    workers: str,
+    steps: int,
+    *extra: str,
+    job: str = DIGITS,
+    env: dict | None = None,
+    expect: int = 0,
+) -> dict | str:
+    """Run `shoal run` in a real subprocess; return result.json (stderr if it must fail)."""
+    cmd = [sys.executable, "-m", "shoal", "run", job, "--workers", workers, "--steps",
+           str(steps), "--out", str(out), *extra]  # fmt: skip
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})}
+    )
+    assert proc.returncode == expect, proc.stderr[-3000:]
+    if expect:
+        return proc.stderr
     return json.loads((out / "result.json").read_text())
 
 

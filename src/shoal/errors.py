@@ -8,3 +8,7 @@ The CLI prints its message on one line and exits with code 2; library callers ca
 
 class UserError(ValueError):
     """Bad input from the user; the message names the problem in one line."""
+
+
+class RunFailed(RuntimeError):
+    """A run could not finish (for example every worker was lost); the message says what to do."""

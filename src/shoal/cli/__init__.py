@@ -12,6 +12,8 @@ import argparse
 import importlib
 import sys
 
+from shoal.errors import RunFailed
+
 # Subcommand modules, in the order `shoal --help` lists them.
 COMMANDS = ["run", "demo", "report", "simulate", "tune"]
 
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"shoal: error: {exc}\n")
         return 2
+    except RunFailed as exc:
+        sys.stderr.write(f"shoal: run failed: {exc}\n")
+        return 1
     except KeyboardInterrupt:
         sys.stderr.write("shoal: interrupted\n")
         return 130

@@ -15,9 +15,11 @@ Membership events (join, leave, fail) go to metrics.jsonl; rank 0 logs each reco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
+import random
 import signal
 import subprocess
 import sys
@@ -25,8 +27,8 @@ import time
 from dataclasses import dataclass
 
 from shoal.console import Progress
-from shoal.errors import UserError
-from shoal.launcher.local import RunSpec, Speeds, free_port
+from shoal.errors import RunFailed, UserError
+from shoal.launcher.local import RunSpec, Speeds
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line
 
@@ -50,8 +52,7 @@ class Controller:
         self.out = pathlib.Path(spec.out)
         (self.out / "logs").mkdir(exist_ok=True)
         self.metrics = self.out / "metrics.jsonl"
-        self.port = free_port()
-        self.store = host_store(self.port)
+        self.store, self.port, self._listener = host_store()
         self.t0 = time.time()
         self.workers: dict[str, Worker] = {}
         self.members: list[str] = []
@@ -60,6 +61,8 @@ class Controller:
         self.steps_done, self._seen = 0, 0
         self.progress = Progress(spec.steps) if show_progress else None
         self.finished = False
+        self.formed_at_step = 0  # steps done when the current generation was published
+        self.rng = random.Random(spec.seed or 0)  # picks the victims of `kill random`
 
     # -- processes -------------------------------------------------------------------------
     def spawn(self, kind: str) -> Worker:
@@ -73,6 +76,7 @@ class Controller:
             SHOAL_SLOWDOWN=f"{self.speeds.slowdown[kind]:.6g}",
             LOCAL_RANK=str(len(self.workers)),
         )
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
         log = self.out / "logs" / f"{wid}.log"
         with open(log, "w") as f:
             cmd = [sys.executable, "-m", "shoal.worker", *self.spec.worker_args()]
@@ -147,6 +151,19 @@ class Controller:
             if e.action == "add":
                 self.spawn(e.kind)
                 continue
+            if e.worker == "random":
+                alive = [
+                    m
+                    for m in self.members
+                    if self.workers[m].state == "member"
+                    and self.workers[m].proc.poll() is None
+                    and not self.workers[m].cause
+                ]
+                # never the last member, and only a group that has trained since it formed
+                if len(alive) < 2 or self.steps_done <= self.formed_at_step:
+                    self.pending.append(e)
+                    continue
+                e = dataclasses.replace(e, worker=self.rng.choice(alive))
             w = self.workers.get(e.worker)
             if w is None or w.proc.poll() is not None or w.state == "gone":
                 sys.stderr.write(
@@ -210,7 +227,7 @@ class Controller:
             self.generation += 1
         for wid in ids:
             self.workers[wid].state = "member"
-        self.members = ids
+        self.members, self.formed_at_step = ids, self.steps_done
         kinds = [self.workers[i].kind for i in ids]
         self.store.set(
             f"members/{self.generation}",
@@ -238,7 +255,8 @@ class Controller:
             tails.append(
                 f"--- {w.id} ({w.cause or 'exit ' + str(w.proc.returncode)}):\n" + "\n".join(text)
             )
-        raise RuntimeError(
-            "every worker is gone and the run is not finished; continue it "
-            "with --resume.\n" + "\n".join(tails)
+        (self.out / "logs" / "failure.txt").write_text("\n".join(tails) + "\n")
+        raise RunFailed(
+            f"every worker is gone at step {self.steps_done}; continue with "
+            f"--resume {self.out} (worker logs: {self.out / 'logs'})"
         )

@@ -5,8 +5,9 @@ Format: items separated by ';' or newlines, each `step N: ACTION` or `at T s: AC
     notice W [Ds]   a revocation notice: SIGTERM now, SIGKILL after D seconds if still there
     leave W         a graceful leave (a notice with no deadline)
     add KIND        a new worker of that device kind joins
-W is a worker number (w0, w1, ... in order of creation; `1` and `w1` both work). A spot
-trace converts into the same list.
+W is a worker number (w0, w1, ... in order of creation; `1` and `w1` both work) or `random`:
+a member chosen by the controller's seeded generator when the event fires (it waits while
+only one member is left). A spot trace converts into the same list.
 """
 
 from __future__ import annotations
@@ -39,10 +40,11 @@ class Event:
 
 
 def parse_events(text: str, source: str = "--events") -> list[Event]:
-    path = pathlib.Path(text)
-    if "\n" not in text and ":" in text and not path.is_file():
-        lines = text.split(";")
+    inline = ":" in text or "\n" in text or ";" in text
+    if inline:
+        lines = text.replace("\n", ";").split(";")
     else:
+        path = pathlib.Path(text)
         if not path.is_file():
             raise UserError(f"{source}: no such events file {text!r}")
         source = str(path)
@@ -63,9 +65,9 @@ def parse_events(text: str, source: str = "--events") -> list[Event]:
         if action == "add":
             kind = arg.lower()
         else:
-            if not re.fullmatch(r"w?\d+", arg):
+            if arg != "random" and not re.fullmatch(r"w?\d+", arg):
                 raise UserError(f"{source}: item {number}: bad worker {arg!r}")
-            worker = "w" + arg.lstrip("w")
+            worker = arg if arg == "random" else "w" + arg.lstrip("w")
         deadline = float(m["deadline"]) if m["deadline"] else None
         if deadline is not None and action != "notice":
             raise UserError(f"{source}: item {number}: only a notice takes a deadline")

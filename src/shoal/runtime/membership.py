@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -51,12 +52,11 @@ class StoreMembership:
         host: str,
         port: int,
         backend: str,
-        init_timeout_s: float = 15.0,
         op_timeout_s: float = 30.0,
     ):
         self.id, self.backend = worker_id, backend
         self.store = dist.TCPStore(host, port, is_master=False, timeout=_timeout(3600))
-        self.init_timeout_s, self.op_timeout_s = init_timeout_s, op_timeout_s
+        self.op_timeout_s = op_timeout_s
         self.generation = int(os.environ.get("SHOAL_GENERATION", "0"))
 
     def announce_ready(self) -> None:
@@ -67,7 +67,7 @@ class StoreMembership:
         while True:
             g = self.generation
             self.store.set(f"arrived/{g}/{self.id}", "1")
-            self.store.wait([f"members/{g}"])
+            self.store.wait([f"members/{g}"], _timeout(3600))  # explicit: init lowers the default
             spec = json.loads(self.store.get(f"members/{g}"))
             if spec.get("done"):
                 return None
@@ -89,13 +89,16 @@ class StoreMembership:
             dist.destroy_process_group()
         if world == 1:
             return
+        # torch names the default group after a global counter that a failed init advances
+        # and nothing rewinds; members must agree on the name, so every generation starts at 0
+        dist.distributed_c10d._world.group_count = 0
         store = dist.PrefixStore(f"pg/{g}", self.store)
         dist.init_process_group(
             self.backend,
             store=store,
             rank=rank,
             world_size=world,
-            timeout=_timeout(self.op_timeout_s),
+            timeout=_timeout(self.op_timeout_s),  # also bounds a hung peer's collective
         )
 
     def leave_generation(self) -> None:
@@ -125,6 +128,22 @@ def broadcast_bytes(data: bytes | None, src: int, device: torch.device) -> bytes
     return buf.cpu().numpy().tobytes()
 
 
-def host_store(port: int, host: str = "127.0.0.1") -> dist.TCPStore:
-    """The rendezvous store a controller hosts (bound to 127.0.0.1 unless told otherwise)."""
-    return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=_timeout(3600))
+def host_store(host: str = "127.0.0.1") -> tuple[dist.TCPStore, int, socket.socket]:
+    """The rendezvous store a controller hosts, listening on `host` only.
+
+    TCPStore alone listens on every interface, so the socket is bound here and handed over;
+    the caller keeps the returned socket object alive as long as the store.
+    """
+    sock = socket.socket()
+    sock.bind((host, 0))
+    sock.listen(512)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=_timeout(3600),
+        master_listen_fd=sock.fileno(),
+    )
+    return store, port, sock

@@ -79,6 +79,7 @@ class Trainer:
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.collate = job.collate_fn or torch.utils.data.default_collate
         self.step, self.samples_seen = 0, 0
+        self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every read
         self.regroup(rank, world_size, prior_s)
 
     def regroup(self, rank: int, world_size: int, prior_s: Sequence[float] | None = None) -> None:
@@ -147,4 +148,6 @@ class Trainer:
 
     def _batch(self, micro_batch: int):
         ids = self.order.sample_ids(self.samples_seen, micro_batch)
+        if self.on_samples:
+            self.on_samples(self.step, micro_batch, ids)
         return to_device(self.collate([self.job.dataset[i] for i in ids]), self.device)

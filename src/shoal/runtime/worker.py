@@ -192,6 +192,11 @@ def main(args: argparse.Namespace) -> int:
         membership.announce_ready()
     else:
         membership, worker_id = TorchrunMembership(backend), f"w{os.environ.get('RANK', 0)}"
+    if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
+        (out / "samples").mkdir(exist_ok=True)
+        trainer.on_samples = lambda step, j, ids: outputs.append_line(
+            out / "samples" / f"{worker_id}.jsonl", {"step": step, "micro_batch": j, "ids": ids}
+        )
     _note(worker_id, t0, "ready")
     flags = Flags()
     signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(flags, store_addr is not None))

@@ -1,0 +1,144 @@
+"""Membership changes and failures leave the trained state bitwise unchanged."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from shoal_testing import DIGITS, free_port, metrics, shoal_run
+
+pytestmark = pytest.mark.dist
+HEAVY = ["-o", "micro_batch_size=32", "-o", "global_batch_size=256"]  # M = 8
+STEPS, CHAOS_STEPS = 40, 150
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Uninterrupted single-worker runs: the digests every elastic run must reproduce."""
+    digests = {}
+    for steps in (STEPS, CHAOS_STEPS):
+        out = tmp_path_factory.mktemp(f"ref{steps}")
+        digests[steps] = shoal_run(out, "v100", steps, *HEAVY)["state_sha256"]
+    return digests
+
+
+def membership(out):
+    return [r for r in metrics(out) if r["kind"] == "membership"]
+
+
+def test_ten_random_kills_and_joins(reference, tmp_path):
+    rng = random.Random(2026)
+    kill_steps = sorted(rng.sample(range(4, 80), 10))
+    events = []
+    for step in kill_steps:
+        events.append(f"step {max(step - 3, 0)}: add {rng.choice(['v100', 'k80'])}")
+        events.append(f"step {step}: kill random")
+    out = tmp_path / "chaos"
+    result = shoal_run(
+        out,
+        "2xv100,2xk80",
+        CHAOS_STEPS,
+        *HEAVY,
+        "--events",
+        "; ".join(events),
+        env={"SHOAL_LOG_SAMPLES": "1"},
+    )
+    assert result["state_sha256"] == reference[CHAOS_STEPS]
+    events_seen = membership(out)
+    fails = [e for e in events_seen if e["event"] == "fail"]
+    recovers = [e for e in events_seen if e["event"] == "recover"]
+    assert len(fails) >= 10
+    assert sum(e["lost_steps"] for e in recovers) <= len(fails)
+    assert any(e["event"] == "join" for e in events_seen)
+
+    # every step read exactly the samples of the uninterrupted stream: none skipped or repeated
+    per_step = {}
+    for log in (out / "samples").glob("*.jsonl"):
+        for line in log.read_text().splitlines():
+            rec = json.loads(line)
+            seen = per_step.setdefault(rec["step"], {})
+            # a micro-batch recomputed after a failure read the same samples
+            assert seen.setdefault(rec["micro_batch"], rec["ids"]) == rec["ids"]
+    assert sorted(per_step) == list(range(CHAOS_STEPS))
+    assert all(sorted(per_step[s]) == list(range(8)) for s in per_step)
+    stream = [i for s in range(CHAOS_STEPS) for j in range(8) for i in per_step[s][j]]
+    size = 1797
+    for epoch_start in range(0, len(stream) - size + 1, size):
+        assert sorted(stream[epoch_start : epoch_start + size]) == list(range(size))
+
+
+def test_graceful_notice_loses_nothing(reference, tmp_path):
+    out = tmp_path / "notice"
+    result = shoal_run(
+        out, "v100,k80,k80", STEPS, *HEAVY, "--events", "step 8: notice 1 30s; step 16: add k80"
+    )
+    assert result["state_sha256"] == reference[STEPS]
+    events = membership(out)
+    leave = next(e for e in events if e["event"] == "leave")
+    after = [e for e in events if e["event"] == "recover" and e["step"] >= leave["step"]]
+    assert leave["worker"] == "w1" and after and after[0]["lost_steps"] == 0
+
+
+def test_all_workers_killed_then_resume(reference, tmp_path):
+    out = tmp_path / "resume"
+    err = shoal_run(
+        out,
+        "v100,k80",
+        STEPS,
+        *HEAVY,
+        "--checkpoint-every",
+        "5",
+        "--events",
+        "step 23: kill 0; step 23: kill 1",
+        expect=1,
+    )
+    assert "--resume" in err and err.count("\n") == 1
+    assert list((out / "checkpoints").glob("ckpt-*.json"))
+    result = shoal_run(out, "k80,v100", STEPS, *HEAVY, "--resume", str(out))
+    assert result["state_sha256"] == reference[STEPS]
+    # a fresh run must not silently reuse (or clobber) that directory
+    err = shoal_run(out, "v100", STEPS, *HEAVY, expect=2)
+    assert "already holds checkpoints" in err
+
+
+def test_torchrun_agent_lost_mid_run(reference, tmp_path):
+    """Two torchrun agents (`--nnodes=1:2`); one host is lost (agent and worker SIGKILLed).
+    The survivor's worker spools its state, torchrun restarts it alone, and it finishes."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=shoal-test",
+           "--max-restarts=3", "--rdzv-conf=last_call_timeout=2,join_timeout=120",
+           "-m", "shoal.worker", DIGITS, "--steps", str(STEPS), "--out", str(tmp_path),
+           *HEAVY]  # fmt: skip
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]
+    first = subprocess.Popen(cmd, stdout=logs[0], stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)  # hosts the rendezvous store
+    time.sleep(2)
+    second = subprocess.Popen(cmd, stdout=logs[1], stderr=subprocess.STDOUT, env=env,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            if (tmp_path / "metrics.jsonl").exists() and len(metrics(tmp_path)) >= 8:
+                break
+            assert first.poll() is None and second.poll() is None
+            time.sleep(0.2)
+        rows = metrics(tmp_path)
+        assert len({w["id"] for w in rows[-1]["workers"]}) == 2  # both agents were training
+        os.killpg(second.pid, signal.SIGKILL)  # the whole host: agent and its worker
+        assert first.wait(timeout=300) == 0, (tmp_path / "agent0.log").read_text()[-3000:]
+    finally:
+        for p in (first, second):
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for f in logs:
+            f.close()
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["final_step"] == STEPS
+    assert result["state_sha256"] == reference[STEPS]

@@ -1,0 +1,41 @@
+import pytest
+
+from shoal.errors import UserError
+from shoal.launcher.events import Event, parse_events
+
+
+def test_inline_events():
+    events = parse_events(
+        "step 10: kill 1; step 20: add K80; step 35: notice 0 30s; at 2.5s: "
+        "leave w2; step 3: kill random"
+    )
+    assert events == [
+        Event("kill", step=10, worker="w1"),
+        Event("add", step=20, kind="k80"),
+        Event("notice", step=35, worker="w0", deadline_s=30.0),
+        Event("leave", at_s=2.5, worker="w2"),
+        Event("kill", step=3, worker="random"),
+    ]
+    assert events[0].due(10, 0.0) and not events[0].due(9, 99.0)
+    assert events[3].due(0, 2.5) and not events[3].due(100, 2.0)
+
+
+def test_events_file(tmp_path):
+    f = tmp_path / "ev.txt"
+    f.write_text("# a revocation trace\nstep 4: kill 0\n\nstep 6: add v100  # replacement\n")
+    assert [e.action for e in parse_events(str(f))] == ["kill", "add"]
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("step x: kill 1", "cannot parse"),
+        ("step 3: explode 1", "cannot parse"),
+        ("step 3: kill bob", "bad worker"),
+        ("step 3: kill 1 30s", "only a notice takes a deadline"),
+        ("no-such-file.txt", "no such events file"),
+    ],
+)
+def test_bad_events_name_the_problem(text, needle):
+    with pytest.raises(UserError, match=needle):
+        parse_events(text)

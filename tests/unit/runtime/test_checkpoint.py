@@ -1,0 +1,73 @@
+import pickle
+
+import pytest
+import torch
+
+from shoal.errors import UserError
+from shoal.runtime.checkpoint import AsyncCheckpointer, load_latest, save_checkpoint
+
+FP = "f" * 64
+
+
+def state(step):
+    return {"step": step, "w": torch.full((3,), float(step)), "opt": {"lr": 0.1}}
+
+
+def test_round_trip_and_newest_wins(tmp_path):
+    save_checkpoint(str(tmp_path), 5, state(5), FP)
+    save_checkpoint(str(tmp_path), 10, state(10), FP)
+    step, got = load_latest(str(tmp_path), FP)
+    assert step == 10 and torch.equal(got["w"], torch.full((3,), 10.0))
+
+
+def test_keeps_only_the_newest(tmp_path):
+    for s in range(5):
+        save_checkpoint(str(tmp_path), s, state(s), FP, keep=2)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
+        "ckpt-000000003.json",
+        "ckpt-000000004.json",
+    ]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
+    save_checkpoint(str(tmp_path), 5, state(5), FP)
+    save_checkpoint(str(tmp_path), 10, state(10), FP)
+    pt = tmp_path / "ckpt-000000010.pt"
+    data = pt.read_bytes()
+    pt.write_bytes(data[: len(data) // 2] if damage == "truncate" else data[:-9] + b"X" + data[-8:])
+    with pytest.warns(UserWarning, match="checksum mismatch") as record:
+        step, _ = load_latest(str(tmp_path), FP)
+    assert step == 5 and len(record) == 1 and "\n" not in str(record[0].message)
+
+
+def test_checkpoint_of_another_job_is_refused(tmp_path):
+    save_checkpoint(str(tmp_path), 5, state(5), FP)
+    with pytest.raises(UserError, match="belongs to a different job"):
+        load_latest(str(tmp_path), "0" * 64)
+
+
+class Payload:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def test_arbitrary_objects_are_never_unpickled(tmp_path, capsys):
+    save_checkpoint(str(tmp_path), 1, state(1), FP)
+    # a checkpoint with a valid manifest whose payload carries code: refused, not executed
+    save_checkpoint(str(tmp_path), 2, {"evil": Payload()}, FP)
+    with pytest.warns(UserWarning, match="refused to load"):
+        step, _ = load_latest(str(tmp_path), FP)
+    assert step == 1 and "must never run" not in capsys.readouterr().out
+    assert pickle  # the payload above is a pickle gadget
+
+
+def test_async_writes_while_the_caller_goes_on(tmp_path):
+    ck = AsyncCheckpointer(str(tmp_path), FP)
+    live = state(3)
+    ck.save(3, live)
+    live["w"].add_(100)  # training mutates the tensors right after save(): the snapshot holds
+    ck.wait()
+    step, got = load_latest(str(tmp_path), FP)
+    assert step == 3 and torch.equal(got["w"], torch.full((3,), 3.0))
+    assert load_latest(str(tmp_path / "none"), FP) is None
