@@ -73,10 +73,21 @@ class GoodputModel:
 
     def effective_gpus(self, counts: Counts, parallelism: int | None = None) -> float:
         """K_eff in T4-equivalents; `parallelism` = a fixed number of indivisible units."""
+        key = ("keff", counts, parallelism)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
         if parallelism is None:
-            return sum(n * self.kinds.app_speed(k, self.app) for k, n in counts)
-        speeds = [self.kinds.app_speed(k, self.app) for k, n in counts for _ in range(n)]
-        return integer_split_speed(parallelism, speeds[:parallelism])
+            k_eff = sum(n * self.kinds.app_speed(k, self.app) for k, n in counts)
+        else:
+            # only the fastest `parallelism` GPUs can hold a unit; the rest would idle
+            speeds = sorted(
+                (self.kinds.app_speed(k, self.app) for k, n in counts for _ in range(n)),
+                reverse=True,
+            )
+            k_eff = integer_split_speed(parallelism, speeds[:parallelism])
+        self._cache[key] = k_eff
+        return k_eff
 
     def step_time_s(
         self, counts: Counts, num_nodes: int, batch_size: float, parallelism: int | None = None

@@ -48,6 +48,9 @@ class AppProfile:
     grad_sqr: np.ndarray
     grad_var: np.ndarray
     gpus_by_nodes: dict[int, list[int]]  # measured N -> sorted measured K's
+    grad_progress_list: list[float]
+    grad_sqr_list: list[float]
+    grad_var_list: list[float]
 
     def step_time_s(self, num_nodes: int, num_gpus: float, local_bsz: float) -> float:
         """Seconds per step on `num_nodes` nodes and `num_gpus` (T4-equivalent) GPUs."""
@@ -77,8 +80,16 @@ class AppProfile:
 
     def grad_stats(self, progress: float) -> tuple[float, float]:
         """(|g|^2, sigma^2) at `progress`, interpolated on the M0 validation curve."""
-        sqr = float(np.interp(progress, self.grad_progress, self.grad_sqr))
-        var = float(np.interp(progress, self.grad_progress, self.grad_var))
+        xs = self.grad_progress_list
+        i = bisect.bisect_right(xs, progress)
+        if i == 0:
+            return self.grad_sqr_list[0], self.grad_var_list[0]
+        if i == len(xs):
+            return self.grad_sqr_list[-1], self.grad_var_list[-1]
+        # linear interpolation (pure Python: np.interp on scalars dominates large runs)
+        w = (progress - xs[i - 1]) / (xs[i] - xs[i - 1])
+        sqr = self.grad_sqr_list[i - 1] + w * (self.grad_sqr_list[i] - self.grad_sqr_list[i - 1])
+        var = self.grad_var_list[i - 1] + w * (self.grad_var_list[i] - self.grad_var_list[i - 1])
         return sqr, var
 
 
@@ -136,4 +147,7 @@ def load_profile(app: str) -> AppProfile:
         grad_sqr=np.array([float(r["grad_sqr"]) for r in rows]),
         grad_var=np.array([float(r["grad_var"]) for r in rows]),
         gpus_by_nodes={n: sorted(k for (nn, k) in curves if nn == n) for (n, _) in curves},
+        grad_progress_list=[float(r["progress"]) for r in rows],
+        grad_sqr_list=[float(r["grad_sqr"]) for r in rows],
+        grad_var_list=[float(r["grad_var"]) for r in rows],
     )

@@ -39,7 +39,8 @@ class JobRun:
     rate: float = 0.0  # M0-iterations per second while running
     updated_s: float = 0.0
     resume_s: float = 0.0  # no progress before this time (start/rescale overhead)
-    alloc: dict[int, int] = field(default_factory=dict)  # node id -> GPUs
+    alloc: dict[int, int] = field(default_factory=dict)  # node id -> GPUs (use set_alloc)
+    gpus: int = 0  # total GPUs in `alloc`
     counts: tuple[tuple[str, int], ...] = ()
     num_nodes: int = 0
     batch_size: float = 0.0
@@ -64,7 +65,11 @@ class JobRun:
 
     @property
     def num_gpus(self) -> int:
-        return sum(self.alloc.values())
+        return self.gpus
+
+    def set_alloc(self, alloc: dict[int, int]) -> None:
+        self.alloc = alloc
+        self.gpus = sum(alloc.values())
 
     @property
     def running(self) -> bool:

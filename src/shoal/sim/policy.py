@@ -7,7 +7,8 @@ state from `ClusterView` and place GPUs with its packing helpers; they never mut
 Two attributes describe the policy's runtime rather than its decisions: `periodic` (re-plan every
 tick while jobs are active, as Pollux does every 60 s, instead of only after events) and
 `inplace_rescale` (the job's runtime rescales in place, costing `rescale_s`, instead of by
-checkpoint-restart, costing `restart_s`).
+checkpoint-restart, costing `restart_s`). An optional `quiesce` attribute (default True) lets the
+simulator pause periodic rounds after a round that changed nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class ClusterView:
     free: dict[int, int] = field(default_factory=dict)  # node id -> free GPUs (policy scratch)
 
     def __post_init__(self) -> None:
-        self.free = {n.node_id: n.free for n in self.nodes if n.alive}
+        self.free = {n.node_id: n.free for n in self.nodes if n.alive and n.free}
+        self._memo: dict = {}
 
     @property
     def free_gpus(self) -> int:
@@ -58,7 +60,18 @@ class ClusterView:
         return self.nodes[node_id]
 
     def kinds(self) -> list[str]:
-        return sorted({n.kind for n in self.nodes if n.alive})
+        if "kinds" not in self._memo:
+            self._memo["kinds"] = sorted({n.kind for n in self.nodes if n.alive})
+        return self._memo["kinds"]
+
+    def gpus_per_node(self) -> dict[str, int]:
+        """Largest node size per kind (to estimate how many nodes a count spans)."""
+        if "per_node" not in self._memo:
+            sizes: dict[str, int] = {}
+            for node in self.nodes:
+                sizes[node.kind] = max(sizes.get(node.kind, 0), node.num_gpus)
+            self._memo["per_node"] = sizes
+        return self._memo["per_node"]
 
     def capacity(self, kind: str | None = None) -> int:
         return sum(n.num_gpus for n in self.nodes if n.alive and kind in (None, n.kind))
@@ -67,7 +80,7 @@ class ClusterView:
         """Return a job's GPUs to the scratch free pool (for plans that move jobs)."""
         for node_id, n in alloc.items():
             if self.nodes[node_id].alive:
-                self.free[node_id] += n
+                self.free[node_id] = self.free.get(node_id, 0) + n
 
     def take(self, alloc: dict[int, int]) -> None:
         for node_id, n in alloc.items():
@@ -105,10 +118,12 @@ class ClusterView:
         return alloc
 
     def nodes_of(self, kind: str | None = None, tier: str | None = None) -> list[int]:
+        """Alive nodes of a kind and tier that have free GPUs right now."""
+        nodes = self.nodes
         return [
-            n.node_id
-            for n in self.nodes
-            if n.alive and kind in (None, n.kind) and tier in (None, n.tier)
+            i
+            for i, f in self.free.items()
+            if f > 0 and kind in (None, nodes[i].kind) and tier in (None, nodes[i].tier)
         ]
 
 

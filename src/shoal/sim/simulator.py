@@ -21,6 +21,7 @@ from shoal.cluster.kinds import load_kinds
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.nodes import ClusterSpec
 from shoal.cluster.revocation import NoRevocations, RevocationModel
+from shoal.errors import UserError
 from shoal.sim.jobs import JobRun, JobSpec
 from shoal.sim.policy import ClusterView, Decision, Node, Policy, counts_of
 
@@ -90,7 +91,14 @@ class Simulator:
         for group in cluster.groups:
             for _ in range(group.count):
                 self._add_node(group.kind, group.tier, group.gpus_per_node, 0.0)
+        total_gpus = cluster.num_gpus
+        self.num_jobs = len(jobs)
         for spec in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
+            if not spec.elastic and spec.requested_gpus > total_gpus:
+                raise UserError(
+                    f"gang job {spec.name} needs {spec.requested_gpus} GPUs; the cluster has "
+                    f"{total_gpus}"
+                )
             self._push(spec.arrival_s, _ARRIVE, JobRun(spec))
 
     # -- events --------------------------------------------------------------------------
@@ -116,7 +124,7 @@ class Simulator:
             self._push(nxt, _ROUND, nxt)
 
     def run(self) -> SimResult:
-        total = len(self.heap)
+        total = self.num_jobs
         now = 0.0
         while self.heap and len(self.done) < total:
             now, _, action, arg = heapq.heappop(self.heap)
@@ -175,7 +183,12 @@ class Simulator:
             self._release(jobs[name], now)
         for name, decision in decisions.items():
             self._assign(jobs[name], decision, now)
-        if self.policy.periodic and (self.pending or self.running):
+        # A periodic policy re-plans every tick while its plans keep changing; once a round
+        # changes nothing, the next one would hardly differ until an event (arrival, completion,
+        # revocation) arrives, so rounds pause until then. A policy whose
+        # decisions also depend on time alone (Tiresias' attained service) sets quiesce=False.
+        busy = decisions or not getattr(self.policy, "quiesce", True)
+        if self.policy.periodic and busy and (self.pending or self.running):
             self._ask_round(now + self.cfg.tick_s)
 
     def _bill_key(self, job: JobRun, node_id: int) -> str:
@@ -192,11 +205,11 @@ class Simulator:
                 self.ledger.close(key, now)
             self.in_use -= n
         job.data["prev_alloc"] = job.alloc
-        job.alloc = {}
+        job.set_alloc({})
 
     def _assign(self, job: JobRun, decision: Decision, now: float) -> None:
         prev = job.data.pop("prev_alloc", {})
-        job.alloc = {i: n for i, n in decision.alloc.items() if n > 0}
+        job.set_alloc({i: n for i, n in decision.alloc.items() if n > 0})
         for node_id, n in job.alloc.items():
             node = self.nodes[node_id]
             assert node.alive and node.free >= n, "allocation exceeds a node's free GPUs"
@@ -268,14 +281,14 @@ class Simulator:
             job.revocations += 1
             job.advance(now)
             self._release(job, now)
-            keep = {i: n for i, n in job.data.pop("prev_alloc").items() if i != node_id}
+            keep = {i: n for i, n in job.data["prev_alloc"].items() if i != node_id}
             if job.spec.elastic and keep:
                 # elastic: shrink onto the survivors and go on (no work lost)
                 self._assign(job, Decision(keep, job.batch_size, job.parallelism), now)
             else:
-                # a gang (or an elastic job with nothing left) restarts from its checkpoint
+                # a gang restarts from its last periodic checkpoint; an elastic job that lost
+                # every GPU restarts from the checkpoint it wrote during the revocation notice
                 if not job.spec.elastic:
-                    # checkpoints every checkpoint_interval_s of running time since the start
                     lost_s = max(0.0, now - job.ckpt_s) % self.cfg.checkpoint_interval_s
                     lost = min(job.rate * lost_s, job.progress)
                     job.progress -= lost

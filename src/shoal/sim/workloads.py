@@ -36,6 +36,7 @@ EASYSCALE_APPS = {
     "resnet50": "imagenet",
     "vgg19": "imagenet",
     "swin": "imagenet",
+    "swintransformer": "imagenet",
     "shufflenetv2": "imagenet",
     "yolov3": "yolov3",
     "ncf": "ncf",

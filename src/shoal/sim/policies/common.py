@@ -4,31 +4,41 @@ from __future__ import annotations
 
 from shoal.cluster.kinds import load_kinds
 from shoal.sim.jobs import JobRun
-from shoal.sim.policy import ClusterView
+from shoal.sim.policy import ClusterView, Decision
 
 
 def kinds_by_speed(view: ClusterView, app: str) -> list[str]:
-    """The cluster's kinds, fastest first for `app`."""
-    table = load_kinds()
-    return sorted(view.kinds(), key=lambda k: (-table.app_speed(k, app), k))
+    """The cluster's kinds, fastest first for `app` (memoised on the view)."""
+    key = ("by_speed", app)
+    if key not in view._memo:
+        table = load_kinds()
+        view._memo[key] = sorted(view.kinds(), key=lambda k: (-table.app_speed(k, app), k))
+    return view._memo[key]
 
 
 def place_gang(
     view: ClusterView, job: JobRun, tiers: tuple[str | None, ...] = (None,)
-) -> dict[int, int] | None:
-    """Requested GPUs of one kind (preferred, else fastest that fits); None if none fits."""
+) -> Decision | None:
+    """Requested GPUs of one kind (preferred, else fastest that fits); None if none fits.
+
+    A gang larger than any single kind's capacity may span kinds. A gang gives every GPU one
+    equal share (parallelism = its GPU count), so it runs at its slowest GPU's pace, as
+    DistributedDataParallel does.
+    """
+    n = job.spec.requested_gpus
     kinds = [job.spec.preferred_kind] if job.spec.preferred_kind else None
     for kind in kinds or kinds_by_speed(view, job.spec.app):
         for tier in tiers:
-            alloc = view.pack(job.spec.requested_gpus, view.nodes_of(kind, tier))
+            alloc = view.pack(n, view.nodes_of(kind, tier))
             if alloc is not None:
-                return alloc
+                return Decision(alloc, parallelism=n)
+    if not kinds and n > max((view.capacity(k) for k in view.kinds()), default=0):
+        alloc = view.pack(n)
+        if alloc is not None:
+            return Decision(alloc, parallelism=n)
     return None
 
 
 def gpus_per_node(view: ClusterView) -> dict[str, int]:
-    """Largest node size per kind (to estimate how many nodes a count spans)."""
-    sizes: dict[str, int] = {}
-    for node in view.nodes:
-        sizes[node.kind] = max(sizes.get(node.kind, 0), node.num_gpus)
-    return sizes
+    """Largest node size per kind (memoised on the view)."""
+    return view.gpus_per_node()

@@ -10,7 +10,7 @@ policy never shrinks or preempts a running job. Each round:
 2. pending jobs, first come first served, start on their smallest proposal, one GPU (the slowest
    kind that has room, or only the preferred kind when homogeneous) if one is free;
 3. increments from all jobs are granted best score first while GPUs of that kind remain, at most
-   one per job per round.
+   one per job per round. (We try increments of 1, 2, 4, ... GPUs rather than every multiset.)
 The homogeneous variant only ever uses each job's preferred kind (its fastest kind if it names
 none); the heterogeneous one may mix kinds. Our waste counts uneven splits on one kind too,
 which EasyScale's `waste()` reports as zero.
@@ -43,18 +43,40 @@ class EasyScalePolicy:
             return fastest
         return [job.spec.preferred_kind or fastest[0]]
 
-    def _rate(self, job: JobRun, counts: dict[str, int], nodes: int) -> float:
+    def _speed(self, job: JobRun, counts: dict[str, int], nodes: int) -> float:
+        """Steps per second. At a fixed batch the gain per step cancels out of every ratio."""
         model = goodput_model(job.spec.app)
         key = tuple(sorted((k, n) for k, n in counts.items() if n))
-        return model.progress_rate(
-            key, nodes, job.spec.batch_size, job.progress, job.spec.requested_gpus
-        )
+        return 1.0 / model.step_time_s(key, nodes, job.spec.batch_size, job.spec.requested_gpus)
 
     def _waste(self, job: JobRun, counts: dict[str, int]) -> float:
         model = goodput_model(job.spec.app)
         key = tuple(sorted((k, n) for k, n in counts.items() if n))
         ideal = model.effective_gpus(key)
         return 1.0 - model.effective_gpus(key, job.spec.requested_gpus) / ideal
+
+    def _best_increment(
+        self,
+        job: JobRun,
+        counts: dict[str, int],
+        kind: str,
+        limit: int,
+        now_rate: float,
+        per_node: dict[str, int],
+    ) -> tuple[float, int] | None:
+        best = None
+        for d in _steps(limit):
+            new = dict(counts)
+            new[kind] = new.get(kind, 0) + d
+            if self._waste(job, new) > self.max_waste:
+                continue
+            rate = self._speed(job, new, job.num_nodes + -(-d // per_node[kind]))
+            if rate < now_rate:
+                continue
+            score = (rate / now_rate - 1.0) / d + 1.0
+            if best is None or score > best[0]:
+                best = (score, d)
+        return best
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}
@@ -64,47 +86,42 @@ class EasyScalePolicy:
             free_by_kind[kind] = free_by_kind.get(kind, 0) + n
         if not any(free_by_kind.values()):
             return decisions
-        per_node = gpus_per_node(view)
         increments = []
         for job in view.running:
-            if not job.spec.elastic:
+            if not job.spec.elastic or job.gpus >= job.spec.requested_gpus:
                 continue
             cur = job.num_gpus
             cap = min(2 * cur, job.spec.requested_gpus)
             if cap <= cur:
                 continue
-            counts = dict(job.counts)
-            now_rate = self._rate(job, counts, job.num_nodes)
+            memo = job.data.setdefault("easyscale", {})
             for kind in self._kinds(view, job):
-                best = None
-                for d in range(1, min(cap - cur, free_by_kind.get(kind, 0)) + 1):
-                    new = dict(counts)
-                    new[kind] = new.get(kind, 0) + d
-                    if self._waste(job, new) > self.max_waste:
-                        continue
-                    nodes = job.num_nodes + -(-d // per_node[kind])
-                    rate = self._rate(job, new, nodes)
-                    if rate < now_rate:
-                        continue
-                    score = (rate / now_rate - 1.0) / d + 1.0
-                    if best is None or score > best[0]:
-                        best = (score, kind, d)
+                limit = min(cap - cur, free_by_kind.get(kind, 0))
+                # a job's proposals depend only on its placement and the room left
+                memo_key = (job.counts, job.num_nodes, kind, limit)
+                if memo_key not in memo:
+                    counts = dict(job.counts)
+                    now_rate = self._speed(job, counts, job.num_nodes)
+                    memo[memo_key] = self._best_increment(
+                        job, counts, kind, limit, now_rate, gpus_per_node(view)
+                    )
+                best = memo[memo_key]
                 if best is not None:
-                    increments.append((best[0], job.spec.arrival_s, job.name, best[1], best[2]))
+                    increments.append((best[0], job.spec.arrival_s, job.name, kind, best[1]))
         for job in view.pending:
             if not view.free_gpus:
                 break
             if not job.spec.elastic:
-                alloc = place_gang(view, job)
-                if alloc is not None:
-                    decisions[job.name] = Decision(alloc)
+                decision = place_gang(view, job)
+                if decision is not None:
+                    decisions[job.name] = decision
                 continue
             for kind in reversed(self._kinds(view, job)):
                 alloc = view.pack(1, view.nodes_of(kind))
                 if alloc is not None:
                     decisions[job.name] = Decision(alloc, parallelism=job.spec.requested_gpus)
                     break
-        running = {j.name: j for j in view.running}
+        running = {j.name: j for j in view.running} if increments else {}
         increments.sort(key=lambda x: (-x[0], x[1]))
         for _, _, name, kind, d in increments:
             if name in decisions:
@@ -117,3 +134,16 @@ class EasyScalePolicy:
                 alloc[node_id] = alloc.get(node_id, 0) + n
             decisions[name] = Decision(alloc, parallelism=running[name].spec.requested_gpus)
         return decisions
+
+
+def _steps(limit: int) -> list[int]:
+    """Increment sizes tried: powers of two up to `limit`, and `limit` itself.
+
+    EasyScale enumerates every GPU multiset; trying doublings keeps a round O(log P) per kind
+    and still reaches any size within a few rounds.
+    """
+    steps, d = [], 1
+    while d < limit:
+        steps.append(d)
+        d *= 2
+    return steps + [limit] if limit >= 1 else steps

@@ -20,8 +20,8 @@ class FifoPolicy:
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}
         for job in view.pending:
-            alloc = place_gang(view, job)
-            if alloc is None:
+            decision = place_gang(view, job)
+            if decision is None:
                 break  # head-of-line blocking: FIFO never lets a later job overtake
-            decisions[job.name] = Decision(alloc)
+            decisions[job.name] = decision
         return decisions

@@ -95,6 +95,9 @@ def apply_counts(
             kind = view.node(node_id).kind
             kinds[kind] = kinds.get(kind, 0) + k
         counts = tuple(sorted(kinds.items()))
-        batch = model.best_batch(counts, len(alloc), job.progress)[0] if job.spec.elastic else None
-        decisions[job.name] = Decision(alloc, batch)
+        if job.spec.elastic:
+            batch = model.best_batch(counts, len(alloc), job.progress)[0]
+            decisions[job.name] = Decision(alloc, batch)
+        else:  # a gang: one equal share per GPU, its own batch
+            decisions[job.name] = Decision(alloc, parallelism=n)
     return decisions

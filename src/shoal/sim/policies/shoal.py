@@ -47,9 +47,9 @@ class ShoalPolicy:
         # gangs first: running ones keep their GPUs, pending ones start on on-demand first
         for job in jobs:
             if not job.spec.elastic and not job.running:
-                alloc = place_gang(view, job, tiers=("on_demand", "spot"))
-                if alloc is not None:
-                    decisions[job.name] = Decision(alloc)
+                decision = place_gang(view, job, tiers=("on_demand", "spot"))
+                if decision is not None:
+                    decisions[job.name] = decision
         elastic = [j for j in jobs if j.spec.elastic]
         # re-plan every elastic job from scratch over the GPUs the gangs leave
         for job in elastic:

@@ -21,6 +21,7 @@ class TiresiasPolicy:
     thresholds_gpu_s: tuple[float, ...] = (3600.0,)
     name: str = "tiresias"
     periodic: bool = True
+    quiesce: bool = False  # demotion depends on time alone: re-plan every tick
     inplace_rescale: bool = False
 
     def _queue(self, gpu_s: float) -> int:
@@ -33,17 +34,25 @@ class TiresiasPolicy:
         )
         # pass 1: who is admitted, by capacity per kind (placement comes after)
         room = {k: view.capacity(k) for k in view.kinds()}
+        largest = max(room.values(), default=0)
         admitted = set()
         for job in jobs:
             options = [job.spec.preferred_kind] if job.spec.preferred_kind else None
             if job.running:
-                kind = job.counts[0][0]
-                options = [kind]
+                options = [job.counts[0][0]] if len(job.counts) == 1 else list(dict(job.counts))
+            need = job.spec.requested_gpus
             for kind in options or kinds_by_speed(view, job.spec.app):
-                if room.get(kind, 0) >= job.spec.requested_gpus:
-                    room[kind] -= job.spec.requested_gpus
+                if room.get(kind, 0) >= need:
+                    room[kind] -= need
                     admitted.add(job.name)
                     break
+            else:
+                if need > largest and sum(room.values()) >= need:  # a gang spanning kinds
+                    for kind in room:
+                        take = min(room[kind], need)
+                        room[kind] -= take
+                        need -= take
+                    admitted.add(job.name)
         decisions: dict[str, Decision] = {}
         for job in view.running:
             if job.name not in admitted:
@@ -52,7 +61,7 @@ class TiresiasPolicy:
         # pass 2: place newly admitted jobs; fragmentation may still leave one waiting
         for job in jobs:
             if job.name in admitted and not job.running:
-                alloc = place_gang(view, job)
-                if alloc is not None:
-                    decisions[job.name] = Decision(alloc)
+                decision = place_gang(view, job)
+                if decision is not None:
+                    decisions[job.name] = decision
         return decisions
