@@ -48,6 +48,7 @@ class EmpiricalLifetimes:
 
     lifetimes_s: dict[str, tuple[float, ...]]
     max_lifetime_s: float = GCE_MAX_LIFETIME_S
+    pool_unmeasured: bool = True  # unmeasured kinds (T4) use all measured kinds pooled
 
     def __post_init__(self) -> None:
         for kind, values in self.lifetimes_s.items():
@@ -57,8 +58,11 @@ class EmpiricalLifetimes:
     def sample_lifetime_s(self, kind: str, rng: random.Random) -> float:
         values = self.lifetimes_s.get(kind.lower())
         if values is None:
-            known = ", ".join(sorted(self.lifetimes_s))
-            raise UserError(f"no measured lifetimes for kind {kind!r} (known: {known})")
+            if not self.pool_unmeasured:
+                known = ", ".join(sorted(self.lifetimes_s))
+                raise UserError(f"no measured lifetimes for kind {kind!r} (known: {known})")
+            # a kind nobody measured draws from all measured GPU kinds pooled
+            values = tuple(v for k in sorted(self.lifetimes_s) for v in self.lifetimes_s[k])
         life = rng.choice(values)
         if life >= self.max_lifetime_s - _CAP_MARGIN_S:
             return math.inf

@@ -42,3 +42,25 @@ def place_gang(
 def gpus_per_node(view: ClusterView) -> dict[str, int]:
     """Largest node size per kind (memoised on the view)."""
     return view.gpus_per_node()
+
+
+def grow(
+    view: ClusterView, job: JobRun, kind: str, count: int, take: bool = True
+) -> dict[int, int] | None:
+    """`count` more GPUs of `kind` for a running job: its own nodes first, then best fit."""
+    extra: dict[int, int] = {}
+    left = count
+    for node_id in job.alloc:
+        if view.node(node_id).kind == kind and view.free.get(node_id, 0) > 0 and left:
+            n = min(left, view.free[node_id])
+            extra[node_id] = n
+            left -= n
+    if left:
+        others = [i for i in view.nodes_of(kind) if i not in extra]
+        rest = view.pack(left, others, take=False)
+        if rest is None:
+            return None
+        extra.update(rest)
+    if take:
+        view.take(extra)
+    return extra

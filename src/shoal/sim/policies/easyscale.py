@@ -7,7 +7,7 @@ policy never shrinks or preempts a running job. Each round:
    at most min(2 x current, P), no slower than now and with at most `max_waste` of the
    allocation's compute idled by whole-thread rounding, scored by marginal speedup per GPU,
    `((new/current) - 1) / d + 1`;
-2. pending jobs, first come first served, start on their smallest proposal, one GPU (the slowest
+2. pending jobs, first come first served, start on their smallest proposal, one GPU (the fastest
    kind that has room, or only the preferred kind when homogeneous) if one is free;
 3. increments from all jobs are granted best score first while GPUs of that kind remain, at most
    one per job per round. (We try increments of 1, 2, 4, ... GPUs rather than every multiset.)
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shoal.cluster.goodput import goodput_model
 from shoal.sim.jobs import JobRun
-from shoal.sim.policies.common import gpus_per_node, kinds_by_speed, place_gang
+from shoal.sim.policies.common import grow, kinds_by_speed, place_gang
 from shoal.sim.policy import ClusterView, Decision
 
 
@@ -57,12 +57,12 @@ class EasyScalePolicy:
 
     def _best_increment(
         self,
+        view: ClusterView,
         job: JobRun,
         counts: dict[str, int],
         kind: str,
         limit: int,
         now_rate: float,
-        per_node: dict[str, int],
     ) -> tuple[float, int] | None:
         best = None
         for d in _steps(limit):
@@ -70,7 +70,10 @@ class EasyScalePolicy:
             new[kind] = new.get(kind, 0) + d
             if self._waste(job, new) > self.max_waste:
                 continue
-            rate = self._speed(job, new, job.num_nodes + -(-d // per_node[kind]))
+            extra = grow(view, job, kind, d, take=False)
+            if extra is None:
+                continue
+            rate = self._speed(job, new, len(set(job.alloc) | set(extra)))
             if rate < now_rate:
                 continue
             score = (rate / now_rate - 1.0) / d + 1.0
@@ -98,13 +101,12 @@ class EasyScalePolicy:
             for kind in self._kinds(view, job):
                 limit = min(cap - cur, free_by_kind.get(kind, 0))
                 # a job's proposals depend only on its placement and the room left
-                memo_key = (job.counts, job.num_nodes, kind, limit)
+                own_free = tuple(view.free.get(i, 0) for i in job.alloc)
+                memo_key = (job.counts, job.num_nodes, kind, limit, own_free)
                 if memo_key not in memo:
                     counts = dict(job.counts)
                     now_rate = self._speed(job, counts, job.num_nodes)
-                    memo[memo_key] = self._best_increment(
-                        job, counts, kind, limit, now_rate, gpus_per_node(view)
-                    )
+                    memo[memo_key] = self._best_increment(view, job, counts, kind, limit, now_rate)
                 best = memo[memo_key]
                 if best is not None:
                     increments.append((best[0], job.spec.arrival_s, job.name, kind, best[1]))
@@ -116,7 +118,7 @@ class EasyScalePolicy:
                 if decision is not None:
                     decisions[job.name] = decision
                 continue
-            for kind in reversed(self._kinds(view, job)):
+            for kind in self._kinds(view, job):
                 alloc = view.pack(1, view.nodes_of(kind))
                 if alloc is not None:
                     decisions[job.name] = Decision(alloc, parallelism=job.spec.requested_gpus)
@@ -126,7 +128,7 @@ class EasyScalePolicy:
         for _, _, name, kind, d in increments:
             if name in decisions:
                 continue
-            extra = view.pack(d, view.nodes_of(kind))
+            extra = grow(view, running[name], kind, d)
             if extra is None:
                 continue
             alloc = dict(running[name].alloc)

@@ -30,8 +30,9 @@ _TIERS = ("spot", "on_demand")
 @dataclass
 class ShoalPolicy:
     min_change: float = 0.1  # resize a running job only if its planned speedup moves this much
-    min_marginal: float = 0.3  # a GPU must add this fraction of its nominal speed as goodput
+    min_marginal: float = 0.05  # a GPU must add this fraction of its nominal speed as goodput
     las_scale_gpu_s: float = 3600.0  # attained service at which a job's weight halves
+    price_exponent: float = 0.3  # marginal goodput is divided by price ** this (0: ignore price)
     max_gpus_per_job: int = 64
     name: str = "shoal"
     periodic: bool = True
@@ -79,7 +80,10 @@ class ShoalPolicy:
             options = [k for k, n in left.items() if n > 0]
             if not options:
                 return None
-            return max(options, key=lambda k: kinds.app_speed(k, job.spec.app) / price(k))
+            return max(
+                options,
+                key=lambda k: kinds.app_speed(k, job.spec.app) / price(k) ** self.price_exponent,
+            )
 
         def score(job: JobRun, counts: dict[str, int], kind: str) -> float:
             now = rate(job, counts)
@@ -91,7 +95,7 @@ class ShoalPolicy:
                 return 0.0
             weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
             gain = base / now - base / new
-            return weight * gain / price(kind)
+            return weight * gain / price(kind) ** self.price_exponent
 
         plan = waterfill(elastic, free, first_kind, score, lambda j: self.max_gpus_per_job)
         # keep running jobs whose plan barely changes their speed (a rescale is not free)
@@ -110,11 +114,20 @@ class ShoalPolicy:
                 continue
             alloc: dict[int, int] = {}
             for kind, n in plan.get(job.name, {}).items():
-                for tier in _TIERS:
-                    got = view.pack(min(n, self._free(view, kind, tier)), view.nodes_of(kind, tier))
-                    for node_id, k in (got or {}).items():
-                        alloc[node_id] = alloc.get(node_id, 0) + k
-                        n -= k
+                # whole on spot if it fits, else whole on any tier (consolidated: fewer nodes
+                # means cheaper synchronisation), else spot first and the rest on-demand
+                got = view.pack(n, view.nodes_of(kind, "spot")) or view.pack(n, view.nodes_of(kind))
+                if got is None:
+                    got = {}
+                    for tier in _TIERS:
+                        part = view.pack(
+                            min(n, self._free(view, kind, tier)), view.nodes_of(kind, tier)
+                        )
+                        for node_id, k in (part or {}).items():
+                            got[node_id] = got.get(node_id, 0) + k
+                            n -= k
+                for node_id, k in got.items():
+                    alloc[node_id] = alloc.get(node_id, 0) + k
             if alloc or job.running:
                 batch = None
                 if alloc:

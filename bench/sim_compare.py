@@ -1,0 +1,45 @@
+"""Policies side by side on the Pollux workloads and on Philly samples with spot revocations.
+
+Runs every policy on (a) Pollux's workload-1..8 on Pollux's cluster (16 nodes x 4 T4, on-demand)
+and (b) 5 seeded samples of 300 consecutive Philly jobs on the heterogeneous 64-GPU cluster
+(4x4 each of V100, P100, T4, K80) with half the nodes bought as spot, revoked by the measured GCE
+lifetimes. Prints one JSON line per run, then mean and standard deviation per policy and suite.
+Usage: python bench/sim_compare.py [policy ...]   (default: all)
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+from shoal.sim.policies import POLICIES
+from shoal.sim.run import simulate
+from shoal.sim.simulator import SimConfig
+
+SUITES = {
+    "pollux": [(f"pollux:{i}", "pollux", None, 0) for i in range(1, 9)],
+    "philly-spot": [(f"philly:300:{s}", "hetero-64", "0.5:gce", s) for s in range(1, 6)],
+}
+
+
+def main(policies: list[str]) -> None:
+    table: dict[tuple[str, str], list[dict]] = {}
+    for suite, cases in SUITES.items():
+        for workload, cluster, spot, seed in cases:
+            for policy in policies:
+                s = simulate(policy, workload, cluster, spot, SimConfig(seed=seed))
+                row = {"suite": suite, "workload": workload, "seed": seed, **s}
+                print(json.dumps(row), flush=True)
+                table.setdefault((suite, policy), []).append(s)
+    for (suite, policy), runs in table.items():
+        out = {"suite": suite, "policy": policy, "runs": len(runs)}
+        for key in ("avg_jct_s", "total_cost_usd", "makespan_s"):
+            values = [r[key] for r in runs]
+            out[key + "_mean"] = round(statistics.mean(values), 1)
+            out[key + "_sd"] = round(statistics.stdev(values), 1)
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(POLICIES))
