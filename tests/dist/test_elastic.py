@@ -97,7 +97,9 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
         "step 23: kill 0; step 23: kill 1",
         expect=1,
     )
-    assert "--resume" in err and err.count("\n") == 1
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("shoal: run failed:") and "--resume" in last
+    assert "Traceback" not in err
     assert list((out / "checkpoints").glob("ckpt-*.json"))
     result = shoal_run(out, "k80,v100", STEPS, *HEAVY, "--resume", str(out))
     assert result["state_sha256"] == reference[STEPS]
@@ -113,9 +115,10 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=shoal-test",
            "--max-restarts=3", "--rdzv-conf=last_call_timeout=2,join_timeout=120",
-           "-m", "shoal.worker", DIGITS, "--steps", str(STEPS), "--out", str(tmp_path),
+           "-m", "shoal.worker", DIGITS, "--steps", str(CHAOS_STEPS), "--out", str(tmp_path),
            *HEAVY]  # fmt: skip
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    # paced 2x so that the host is lost mid-run, not after the last step
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "SHOAL_SLOWDOWN": "2"}
     logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]
     first = subprocess.Popen(cmd, stdout=logs[0], stderr=subprocess.STDOUT, env=env,
                              start_new_session=True)  # hosts the rendezvous store
@@ -125,7 +128,7 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            if (tmp_path / "metrics.jsonl").exists() and len(metrics(tmp_path)) >= 8:
+            if (tmp_path / "metrics.jsonl").exists() and len(metrics(tmp_path)) >= 5:
                 break
             assert first.poll() is None and second.poll() is None
             time.sleep(0.2)
@@ -140,5 +143,6 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
         for f in logs:
             f.close()
     result = json.loads((tmp_path / "result.json").read_text())
-    assert result["final_step"] == STEPS
-    assert result["state_sha256"] == reference[STEPS]
+    assert result["final_step"] == CHAOS_STEPS
+    assert result["state_sha256"] == reference[CHAOS_STEPS]
+    assert len(metrics(tmp_path)[-1]["workers"]) == 1  # finished on the surviving host
