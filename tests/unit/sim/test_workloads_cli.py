@@ -1,0 +1,100 @@
+"""Workload loaders, bad input (one line naming file and line, exit code 2) and the CLI."""
+
+import json
+
+import pytest
+
+from shoal.cli import main
+from shoal.errors import UserError
+from shoal.sim.workloads import load_workload, sample_philly
+
+HEADER = "name,time,application,num_replicas,batch_size\n"
+
+
+def test_pollux_workloads_load():
+    jobs = load_workload("pollux:6")
+    assert len(jobs) == 160
+    assert {j.app for j in jobs} == {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}
+
+
+def test_philly_sampling_is_seeded_and_consecutive():
+    a, b = sample_philly(50, seed=3), sample_philly(50, seed=3)
+    assert [j.name for j in a] == [j.name for j in b]
+    assert a[0].arrival_s == 0 and all(x.arrival_s <= y.arrival_s for x, y in zip(a, a[1:]))
+    assert [j.name for j in sample_philly(50, seed=4)] != [j.name for j in a]
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("a,10,cifar10,two,128", "bad or missing 'num_replicas'"),
+        ("a,-5,cifar10,2,128", "time must be >= 0"),
+        ("a,10,resnet9000,2,128", "unknown application"),
+        ("a,10,cifar10", "bad or missing 'num_replicas'"),
+    ],
+)
+def test_bad_rows_name_file_and_line(tmp_path, row, message):
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + "ok,1,ncf,1,256\n" + row + "\n")
+    with pytest.raises(UserError, match=message) as info:
+        load_workload(str(path))
+    assert f"{path}:3:" in str(info.value)
+
+
+def test_bad_philly_row(tmp_path):
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\nyesterday,60,1,60,x\n")
+    with pytest.raises(UserError, match=f"{path}:2: bad timestamp"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--policy", "lottery"], "unknown policy 'lottery'"),
+        (["--cluster", "4x4xh100"], "unknown GPU kind 'h100'"),
+        (["--spot", "half"], "bad --spot fraction"),
+        (["--workload", "pollux:99"], "no packaged Pollux workload"),
+    ],
+)
+def test_cli_user_errors_are_one_line_exit_2(capsys, argv, message):
+    assert main(["simulate", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_bad_trace_row_exit_2(tmp_path, capsys):
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + "a,-1,cifar10,2,128\n")
+    assert main(["simulate", "--workload", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2:" in err and err.count("\n") == 1
+
+
+def test_cli_writes_outputs_and_compares(tmp_path, capsys):
+    path = tmp_path / "w.csv"
+    rows = [f"j{i},{60 * i},ncf,{1 + i % 2},256" for i in range(6)]
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    code = main(
+        [
+            "simulate",
+            "--compare",
+            "yarn-cs,shoal",
+            "--workload",
+            str(path),
+            "--cluster",
+            "2x4xt4",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "yarn-cs" in printed and "shoal" in printed and "avg JCT" in printed
+    for policy in ("yarn-cs", "shoal"):
+        summary = json.loads((out / policy / "summary.json").read_text())
+        assert summary["finished"] == 6 and summary["total_cost_usd"] > 0
+        assert (out / policy / "jobs.csv").read_text().count("\n") == 7
+        assert (out / policy / "jct_cdf.png").stat().st_size > 0
+        assert (out / policy / "gpus_in_use.png").stat().st_size > 0
