@@ -6,6 +6,8 @@ Counts the body of each `shoal.schedule.model_schedule.<model>.schedule` functio
 source lines of its statements, without the docstring, blank lines or comments. `lines` skips
 `for` header lines, the rule Slapo's artifact used for its 10-21 figures; `lines_with_for` counts
 them too. Both include the `if` lines that switch fusion, tensor parallelism and checkpointing.
+The optional vocabulary-parallel embedding and LM head (`model_schedule/vocab.py`, used by
+`gpt2` and `llama` with `vocab_parallel=True`) is counted on its own line.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ def main() -> int:
     for name in MODELS:
         module = importlib.import_module(f"shoal.schedule.model_schedule.{name}")
         out[name] = count(module.schedule)
+    # The optional vocabulary-parallel embedding + LM head (gpt2 and llama), counted apart.
+    vocab = importlib.import_module("shoal.schedule.model_schedule.vocab")
+    out["vocab_parallel_addon"] = count(vocab.shard_vocab)
     print(json.dumps(out))
     return 0
 
