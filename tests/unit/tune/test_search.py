@@ -55,6 +55,7 @@ def test_small_budget_uses_tpe_and_never_measures_a_point_twice():
     calls = []
     result = tune(TrialSpec(), space, CAP, n_trials=12, seed=3, measure=_synthetic(calls))
     assert len(calls) == len(set(calls)) <= 12
+    assert len(result.trials) == 12  # the budget counts distinct configurations
     assert result.best is not None and result.best.peak_memory_mb <= CAP
     assert all(t.feasible == (t.status == "ok") for t in result.trials)
 

@@ -108,8 +108,9 @@ def tune(
 ) -> TuneResult:
     """Search `space` around `base` for the highest samples/s with peak memory <= cap.
 
+    `n_trials` is the number of distinct configurations to look at (measured or pruned).
     `measure(spec, cap)` runs one trial (default: `run_trial` in a subprocess); `on_trial` is
-    called after every trial, e.g. to print progress.
+    called after every new configuration, e.g. to print progress.
     """
     import optuna
 
@@ -169,5 +170,13 @@ def tune(
         trial.set_constraint("peak_over_cap_mb", excess if rec.feasible else max(excess, 1.0))
         return rec.samples_per_s if rec.feasible and rec.samples_per_s else 0.0
 
-    study.optimize(objective, n_trials=n_trials)
+    # The budget counts distinct configurations: TPE may propose a point again, which costs no
+    # measurement, so keep asking (up to a bound) until the budget or the grid is used up.
+    wanted = min(n_trials, space.size)
+
+    def stop_when_done(study: Any, _trial: Any) -> None:
+        if len(result.trials) >= wanted:
+            study.stop()
+
+    study.optimize(objective, n_trials=10 * wanted, callbacks=[stop_when_done])
     return result
