@@ -92,7 +92,8 @@ class GoodputModel:
     def step_time_s(
         self, counts: Counts, num_nodes: int, batch_size: float, parallelism: int | None = None
     ) -> float:
-        key = (counts, num_nodes, round(batch_size), parallelism)
+        batch_size = round(batch_size)  # cached per whole sample: compute at exactly that
+        key = (counts, num_nodes, batch_size, parallelism)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -130,8 +131,18 @@ class GoodputModel:
         epoch = int(np.searchsorted(self.profile.grad_progress, progress))
         key = ("best", counts, num_nodes, epoch, candidates)
         hit = self._cache.get(key)
-        if hit is not None:
-            return hit[0], self.progress_rate(counts, num_nodes, hit[0], progress)
+        if hit is None:
+            # search at the curve point that opens this bucket, so the choice does not depend
+            # on which caller asked first (results must not depend on run order)
+            points = self.profile.grad_progress
+            anchor = float(points[epoch - 1]) if epoch > 0 else 0.0
+            hit = self._search_batch(counts, num_nodes, anchor, candidates)
+            self._cache[key] = hit
+        return hit, self.progress_rate(counts, num_nodes, hit, progress)
+
+    def _search_batch(
+        self, counts: Counts, num_nodes: int, progress: float, candidates: int
+    ) -> float:
         m0, m_max = self.profile.init_batch_size, self.profile.max_batch_size
         k_eff = self.effective_gpus(counts)
         # no larger than the memory bound allows without accumulation
@@ -142,8 +153,7 @@ class GoodputModel:
             rate = self.progress_rate(counts, num_nodes, batch, progress)
             if rate > best[1]:
                 best = (batch, rate)
-        self._cache[key] = best
-        return best
+        return best[0]
 
 
 _MODELS: dict[str, GoodputModel] = {}

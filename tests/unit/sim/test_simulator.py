@@ -137,3 +137,19 @@ def test_no_revocations_model_never_revokes():
     assert r.revoked_nodes == 0
     assert math.isinf(r.nodes[0].revoke_s)
     assert random.Random(0)  # the module's own RNGs are seeded, not global
+
+
+def test_results_do_not_depend_on_what_ran_before():
+    from shoal.cluster import goodput
+
+    jobs = load_workload("pollux:5")[:40]
+
+    def shoal_run():
+        return summarize(Simulator(jobs, parse_cluster("pollux"), make_policy("shoal")).run())
+
+    goodput._MODELS.clear()
+    first = shoal_run()
+    goodput._MODELS.clear()
+    other = load_workload("pollux:2")[40:80]
+    Simulator(other, parse_cluster("pollux"), make_policy("pollux")).run()
+    assert shoal_run() == first
