@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -108,6 +109,21 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
     assert "already holds checkpoints" in err
 
 
+def kill_tree(pid):
+    """SIGKILL a process and all its descendants (torchrun starts workers in new sessions)."""
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:  # the parent pid
+            kill_tree(int(stat.parent.name))
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def test_torchrun_agent_lost_mid_run(reference, tmp_path):
     """Two torchrun agents (`--nnodes=1:2`); one host is lost (agent and worker SIGKILLed).
     The survivor's worker spools its state, torchrun restarts it alone, and it finishes."""
@@ -134,12 +150,11 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
             time.sleep(0.2)
         rows = metrics(tmp_path)
         assert len({w["id"] for w in rows[-1]["workers"]}) == 2  # both agents were training
-        os.killpg(second.pid, signal.SIGKILL)  # the whole host: agent and its worker
+        kill_tree(second.pid)  # the whole host: the agent and its worker
         assert first.wait(timeout=300) == 0, (tmp_path / "agent0.log").read_text()[-3000:]
     finally:
         for p in (first, second):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+            kill_tree(p.pid)
         for f in logs:
             f.close()
     result = json.loads((tmp_path / "result.json").read_text())
