@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from shoal.cluster.goodput import gain, goodput_model
+from shoal.cluster.kinds import load_kinds
 from shoal.cluster.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.errors import UserError
 from shoal.sim.jobs import JobSpec
@@ -115,6 +116,9 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         epochs = _num(path, lineno, row, "epochs", float, 0)
         steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
         het = _num(path, lineno, row, "enable_heterogeneous_deterministic", float, 0)
+        kind = (row.get("preferred_gpu") or "").strip().lower() or None
+        if kind is not None and kind not in load_kinds().memory_gib:
+            raise UserError(f"{path}:{lineno}: unknown GPU kind {kind!r}")
         # a repeated name replaces the earlier row, as EasyScale's simulator does
         by_name[row["name"]] = JobSpec(
             name=row["name"],
@@ -123,7 +127,7 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
             requested_gpus=mp,
             batch_size=batch,
             total_progress=steps * mean_gain(app, batch),
-            preferred_kind=(row.get("preferred_gpu") or "").strip().lower() or None,
+            preferred_kind=kind,
             mixed_kinds_ok=het != 0,
         )
     return list(by_name.values())

@@ -98,3 +98,12 @@ def test_cli_writes_outputs_and_compares(tmp_path, capsys):
         assert (out / policy / "jobs.csv").read_text().count("\n") == 7
         assert (out / policy / "jct_cdf.png").stat().st_size > 0
         assert (out / policy / "gpus_in_use.png").stat().st_size > 0
+
+
+def test_unknown_gpu_kind_in_easyscale_row(tmp_path):
+    path = tmp_path / "es.csv"
+    header = "name,time,application,max_parallelism,batch_size,epochs,"
+    header += "enable_heterogeneous_deterministic,preferred_gpu,\n"
+    path.write_text(header + "a,10,bert,4,8,1,1,v100,0\nb,20,bert,4,8,1,1,h100,0\n")
+    with pytest.raises(UserError, match=f"{path}:3: unknown GPU kind 'h100'"):
+        load_workload(str(path))
