@@ -15,9 +15,9 @@ def launch(make_job, argv: list[str] | None = None) -> int:
     Use as ``if __name__ == "__main__": raise SystemExit(shoal.launch(make_job))`` and start the
     file with ``torchrun --nproc-per-node K JOB.py --steps N --out DIR``.
     """
-    import __main__
     import sys
 
+    import __main__
     from shoal.worker import cli
 
     argv = list(sys.argv[1:] if argv is None else argv)
