@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shoal.cluster.goodput import goodput_model
 from shoal.cluster.kinds import load_kinds
 from shoal.sim.jobs import JobRun
 from shoal.sim.policy import ClusterView, Decision
@@ -64,3 +65,17 @@ def grow(
     if take:
         view.take(extra)
     return extra
+
+
+def retune(job: JobRun, decisions: dict[str, Decision], min_gain: float = 0.05) -> None:
+    """Keep a running elastic job's GPUs but move it to its goodput-best batch size.
+
+    Adaptive-batch runtimes change the batch between steps without a restart; this matters
+    after a revocation shrank the job under a batch chosen for more GPUs. Only a predicted gain
+    above `min_gain` triggers a change (AdaptDL's threshold against flapping).
+    """
+    model = goodput_model(job.spec.app)
+    batch, rate = model.best_batch(job.counts, job.num_nodes, job.progress)
+    now = model.progress_rate(job.counts, job.num_nodes, job.batch_size, job.progress)
+    if rate > now * (1.0 + min_gain):
+        decisions[job.name] = Decision(dict(job.alloc), batch)

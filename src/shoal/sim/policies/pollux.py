@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from shoal.cluster.goodput import goodput_model
 from shoal.cluster.profiles import PROFILE_KIND
 from shoal.sim.jobs import JobRun
+from shoal.sim.policies.common import retune
 from shoal.sim.policies.fill import waterfill
 from shoal.sim.policy import ClusterView, Decision
 
@@ -78,6 +79,8 @@ def apply_counts(
             if abs(ratio - 1.0) < min_change:
                 keep.add(job.name)
     for job in jobs:
+        if job.name in keep and job.spec.elastic:
+            retune(job, decisions)
         if job.running and job.name not in keep:
             view.release(job.alloc)
             decisions[job.name] = Decision({})

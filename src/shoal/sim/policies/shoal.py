@@ -15,12 +15,13 @@ It re-plans every tick like Pollux, but:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from shoal.cluster.goodput import goodput_model
 from shoal.cluster.kinds import load_kinds
 from shoal.sim.jobs import JobRun
-from shoal.sim.policies.common import gpus_per_node, place_gang
+from shoal.sim.policies.common import gpus_per_node, place_gang, retune
 from shoal.sim.policies.fill import waterfill
 from shoal.sim.policy import ClusterView, Decision
 
@@ -41,8 +42,11 @@ class ShoalPolicy:
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
         kinds = load_kinds()
         per_node = gpus_per_node(view)
+        # least attained service first, discretised into doubling levels (as Tiresias does) so
+        # that jobs with similar service keep arrival order instead of swapping GPUs every tick
         jobs = sorted(
-            view.running + view.pending, key=lambda j: (j.gpu_s, j.spec.arrival_s, j.name)
+            view.running + view.pending,
+            key=lambda j: (self._level(j.gpu_s), j.spec.arrival_s, j.name),
         )
         decisions: dict[str, Decision] = {}
         # gangs first: running ones keep their GPUs, pending ones start on on-demand first
@@ -108,6 +112,7 @@ class ShoalPolicy:
                     keep.append(job)
         for job in keep:
             view.take(job.alloc)
+            retune(job, decisions)
         kept = {j.name for j in keep}
         for job in elastic:
             if job.name in kept:
@@ -139,6 +144,9 @@ class ShoalPolicy:
                     batch = goodput_model(job.spec.app).best_batch(key, len(alloc), job.progress)[0]
                 decisions[job.name] = Decision(alloc, batch)
         return decisions
+
+    def _level(self, gpu_s: float) -> int:
+        return int(math.log2(1.0 + gpu_s / self.las_scale_gpu_s))
 
     @staticmethod
     def _free(view: ClusterView, kind: str, tier: str) -> int:
