@@ -10,6 +10,25 @@ from shoal.schedule.autotune import TrialSpec, run_trial
 TINY = {"n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 64, "block_size": 16}
 
 
+@pytest.mark.dist
+def test_tensor_parallel_trial_on_two_gloo_ranks():
+    spec = TrialSpec(
+        model_config=TINY,
+        micro_batch_size=2,
+        seq_len=8,
+        ckpt_ratio=1.0,
+        fusion=True,
+        world_size=2,
+        steps=1,
+        warmup_steps=0,
+        threads=1,
+    )
+    out = run_trial(spec, memory_cap_mb=100_000, timeout_s=240)
+    assert out.status == "ok", out.detail
+    assert out.samples_per_s > 0 and out.cpu_time_s > 0
+    assert 20 < out.peak_memory_mb < 100_000
+
+
 def test_trial_over_the_cap_is_killed_and_reported():
     spec = TrialSpec(model_config=TINY, micro_batch_size=1, seq_len=8, steps=1, threads=1)
     out = run_trial(spec, memory_cap_mb=1.0)

@@ -173,7 +173,10 @@ def measure_distributed(spec: TrialSpec) -> dict[str, float]:
     """Run `measure` on `spec.world_size` gloo ranks; step time and peak are the max over ranks."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    # fork on CPU: the ranks inherit the imported torch instead of importing it again (seconds
+    # each); this process has run no torch op yet, so no thread pool is copied mid-flight.
+    # CUDA cannot be forked, so spawn there.
+    ctx = mp.get_context("spawn" if spec.device == "cuda" else "fork")
     queue = ctx.Queue()
     port = _free_port()
     procs = [
