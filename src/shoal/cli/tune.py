@@ -49,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: auto)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
+    p.add_argument(
+        "--objective",
+        choices=("throughput", "cpu"),
+        default="throughput",
+        help="maximize samples/s (default) or samples per CPU second (steadier on a busy machine)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler and the model")
     p.add_argument("--out", type=Path, default=None, help="write every trial to this JSON file")
     p.set_defaults(func=_tune)
@@ -140,6 +146,7 @@ def _tune(args: argparse.Namespace) -> int:
         args.memory_cap_mb,
         args.trials,
         seed=args.seed,
+        objective=args.objective,
         measure=measure,
         on_trial=show,
     )

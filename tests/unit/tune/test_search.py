@@ -16,7 +16,12 @@ def _synthetic(calls):
         peak = 100 + spec.micro_batch_size * 200 * (1 - 0.6 * spec.ckpt_ratio)
         speed = spec.micro_batch_size * (1 - 0.3 * spec.ckpt_ratio) * (1.1 if spec.fusion else 1)
         status = "ok" if peak <= cap else "over_cap"
-        return TrialOutcome(status, samples_per_s=speed, step_time_s=1.0, peak_memory_mb=peak)
+        # CPU time per step grows with batch and with recomputation; fusion saves 10% of it.
+        cpu = spec.micro_batch_size * (1 + 0.3 * spec.ckpt_ratio) * (0.9 if spec.fusion else 1)
+        cpu += 0.5 * (spec.micro_batch_size == 4)  # batch 4 is fast in wall time, costly in CPU
+        return TrialOutcome(
+            status, samples_per_s=speed, step_time_s=1.0, cpu_time_s=cpu, peak_memory_mb=peak
+        )
 
     return measure
 
@@ -60,6 +65,15 @@ def test_small_budget_uses_tpe_and_never_measures_a_point_twice():
     assert all(t.feasible == (t.status == "ok") for t in result.trials)
 
 
+def test_cpu_objective_ranks_by_samples_per_cpu_second():
+    space = SearchSpace(micro_batch_sizes=(2, 4), ckpt_ratios=(0.0,), fusion=(True,))
+    by_wall = tune(TrialSpec(), space, CAP, n_trials=2, measure=_synthetic([]))
+    by_cpu = tune(TrialSpec(), space, CAP, n_trials=2, objective="cpu", measure=_synthetic([]))
+    assert by_wall.best.micro_batch_size == 4
+    assert by_cpu.best.micro_batch_size == 2
+    assert '"objective": "cpu"' in by_cpu.to_json()
+
+
 def test_nothing_fits_gives_no_best():
     space = SearchSpace(micro_batch_sizes=(8,), ckpt_ratios=(0.0,), fusion=(False,))
     result = tune(TrialSpec(), space, 50.0, n_trials=1, measure=_synthetic([]))
@@ -72,6 +86,7 @@ def test_nothing_fits_gives_no_best():
     [
         {"memory_cap_mb": 0.0, "n_trials": 3},
         {"memory_cap_mb": 100.0, "n_trials": 0},
+        {"memory_cap_mb": 100.0, "n_trials": 1, "objective": "speed"},
     ],
 )
 def test_bad_search_arguments_raise(kwargs):
