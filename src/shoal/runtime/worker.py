@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -117,7 +118,6 @@ class Flags:
 
     leave: bool = False
     terminated: bool = False
-    ids_consumed: list = field(default_factory=list)
 
 
 def _note(worker_id: str, t0: float, text: str) -> None:
@@ -185,6 +185,8 @@ def main(args: argparse.Namespace) -> int:
     fingerprint = outputs.job_fingerprint(args.job, options, job, args.consistency, trainer.model)
     ckpt_url = args.checkpoint_dir or str(out / "checkpoints")
     spool_url = outputs.spool_dir(out)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) == 0 and not args.resume:
+        shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
     if store_addr:
         host, port = store_addr.rsplit(":", 1)
         worker_id = os.environ["SHOAL_WORKER_ID"]
@@ -229,9 +231,9 @@ def main(args: argparse.Namespace) -> int:
             if not has_state:
                 samples_at_start = trainer.samples_seen  # a resumed run counts its own samples
             has_state, attempted = True, -1
-            if group.rank == 0:
-                writer = outputs.StepLog(out, group, job, fingerprint, t0)
-                checkpointer = checkpointer or AsyncCheckpointer(ckpt_url, fingerprint)
+            writer = outputs.StepLog(out, group, job, fingerprint, t0) if group.rank == 0 else None
+            if writer and checkpointer is None:
+                checkpointer = AsyncCheckpointer(ckpt_url, fingerprint)
             first = True
             while trainer.step < args.steps:
                 attempted = trainer.step
