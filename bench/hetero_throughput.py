@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 from _common import JOBS, as_options, ddp_step_times, machine, shoal_step_times, steady
 
@@ -23,7 +24,8 @@ WORKLOAD = "Transformer (batch size 32)"
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--job", choices=sorted(JOBS), default="conv")
     args = p.parse_args()
     options = {"micro_batch_size": 32, "global_batch_size": 256, "workload": WORKLOAD}
@@ -35,10 +37,17 @@ def main() -> None:
     def throughput(times: list[float]) -> float:
         return batch / steady(times, args.warmup)
 
-    fast_alone = throughput(shoal_step_times(job, ["v100"], args.steps, opts))
-    slow_alone = fast_alone / ratio
-    shoal_mixed = throughput(shoal_step_times(job, ["v100", "k80"], args.steps, opts))
-    ddp_split = throughput(ddp_step_times(job, 2, args.steps, {**options}, [1.0, ratio]))
+    runs = {"v100_alone": [], "shoal_plan": [], "ddp_equal_split": []}
+    for _ in range(args.repeats):  # interleaved, so drift on the host hits all alike
+        runs["v100_alone"].append(throughput(shoal_step_times(job, ["v100"], args.steps, opts)))
+        runs["shoal_plan"].append(
+            throughput(shoal_step_times(job, ["v100", "k80"], args.steps, opts))
+        )
+        runs["ddp_equal_split"].append(
+            throughput(ddp_step_times(job, 2, args.steps, dict(options), [1.0, ratio]))
+        )
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    ideal = med["v100_alone"] * (1 + 1 / ratio)
     print(
         json.dumps(
             {
@@ -46,14 +55,12 @@ def main() -> None:
                 "options": options,
                 "slowdown": ratio,
                 "machine": machine(),
-                "samples_per_s": {
-                    "v100_alone": fast_alone,
-                    "k80_alone": slow_alone,
-                    "shoal_plan": shoal_mixed,
-                    "ddp_equal_split": ddp_split,
-                },
-                "shoal_over_ddp": shoal_mixed / ddp_split,
-                "shoal_over_ideal": shoal_mixed / (fast_alone + slow_alone),
+                "repeats": args.repeats,
+                "samples_per_s_median": med,
+                "samples_per_s_runs": runs,
+                "ideal_samples_per_s": ideal,
+                "shoal_over_ddp": med["shoal_plan"] / med["ddp_equal_split"],
+                "shoal_over_ideal": med["shoal_plan"] / ideal,
             }
         )
     )

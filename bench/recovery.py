@@ -146,7 +146,7 @@ class Torchrun:
         cmd = [sys.executable, "-m", "torch.distributed.run"]
         cmd += torchrun_command(self.port, self.out, self.steps)[1:]
         # with the rendezvous store shared with the workers (torch 2.13's default) restarted
-        # gloo workers often failed or hung in init_process_group (see docs/benchmarks/recovery.md)
+        # gloo workers often failed or hung in init_process_group (docs/BENCHMARKS.md, section 2)
         env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1")
         with open(self.out / f"agent{len(self.agents)}.log", "w") as f:
             self.agents.append(

@@ -1,7 +1,7 @@
 """Acceptance (small version): shoal's policy against every other policy.
 
 The full comparison (8 Pollux workloads, 5 Philly samples with spot revocations) is
-`bench/sim_compare.py`, recorded in docs/benchmarks/simulator.md. Here: one Pollux workload on
+`bench/sim_compare.py`, recorded in docs/BENCHMARKS.md (section 3). Here: one Pollux workload on
 Pollux's 64-T4 cluster and two seeded 300-job Philly samples on the heterogeneous 64-GPU cluster
 with half its nodes spot (measured GCE lifetimes). Claim checked: shoal has the lowest mean
 average-JCT and the lowest mean total cost over these three runs. No tolerance: strictly lower.
