@@ -118,8 +118,9 @@ def load_latest(url: str, fingerprint: str) -> tuple[int, dict] | None:
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError) as exc:  # not plain tensors and values
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warnings.warn(f"skipping checkpoint {manifest_path}: refused to load ({first})",
-                          stacklevel=2)
+            warnings.warn(
+                f"skipping checkpoint {manifest_path}: refused to load ({first})", stacklevel=2
+            )
             continue
         return step, state
     return None
