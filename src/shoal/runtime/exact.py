@@ -14,10 +14,12 @@ float64 and rounded to float32, the same arithmetic in every layout.
 
 E_k must be the same everywhere, and must not depend on the layout. It is predicted from the
 previous step's mean gradient, which every worker holds bit for bit: E_k = exponent of
-max|mean_k| + MARGIN_BITS. A micro-batch that exceeds its bound (or a first step, with no
-prediction) raises an overflow flag that travels with the sum; the step is then recomputed
-with E_k = the exponent of the exact global maximum (agreed with a MAX all-reduce). Both
-outcomes depend only on the gradients, never on the layout.
+max|mean_k| + MARGIN_BITS. A micro-batch whose integers would exceed 2**P raises an overflow
+flag that travels with the sum; the step is then recomputed in a *probe* pass that only
+records each tensor's largest magnitude, a MAX all-reduce sets E_k from the exact global
+maximum, and a last pass sums. The first step, with no prediction, starts with the probe.
+Every outcome depends only on the gradients, never on the layout, and a quantizing pass costs
+one range check per micro-batch, not one per tensor.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class FixedPointAccumulator:
         )
         self.bound_exp: torch.Tensor | None = None  # int64 per tensor; None until agreed
         self.nonfinite = torch.zeros(len(params), dtype=torch.bool, device=device)
+        self.probe_next = False
+        self._tmp = torch.empty_like(self.flat_grad)
         self._grid_for: tuple | None = None
 
     # -- one pass over this worker's micro-batches -------------------------------------------
@@ -66,24 +70,32 @@ class FixedPointAccumulator:
         self.acc = acc
         self.acc.zero_()
         self.flat_grad.zero_()
-        self.local_max = torch.zeros(len(self.params), device=self.flat_grad.device)
-        self.overflow = self.bound_exp is None
-        if not self.overflow:
+        self.overflow = False
+        # every worker takes the same branch: the bounds and the flag are the same everywhere
+        self.probing = self.bound_exp is None or self.probe_next
+        self.probe_next = False
+        if self.probing:
+            self.local_max = torch.zeros(len(self.params), device=self.flat_grad.device)
+        else:
             self._make_grid()
 
     def add(self) -> None:
-        """Fold the gradient now in the parameters' .grad into the integer sum, then zero it."""
+        """Fold the gradient now in the parameters' .grad into this pass, then zero it."""
         g = self.flat_grad
-        tensor_max = torch.zeros_like(self.local_max).scatter_reduce_(
-            0, self.segment, g.abs(), "amax"
-        )
-        torch.maximum(self.local_max, tensor_max, out=self.local_max)
-        if not self.overflow:
-            within = (tensor_max <= self.limit) | self.nonfinite  # NaN fails the test
-            if bool(within.all()):
-                self.acc += torch.round(g * self.scale).to(torch.int64)
+        if self.probing:  # only the largest magnitude of each tensor
+            tensor_max = torch.zeros_like(self.local_max).scatter_reduce_(
+                0, self.segment, g.abs(), "amax"
+            )
+            torch.maximum(self.local_max, tensor_max, out=self.local_max)
+        elif not self.overflow:  # once overflowed, this pass is redone: stop spending on it
+            q = torch.mul(g, self.scale, out=self._tmp).round_()
+            if self._nonfinite_elems is not None:
+                q.masked_fill_(self._nonfinite_elems, 0)
+            low, high = torch.aminmax(q)
+            if bool((high <= self.limit) & (low >= -self.limit)):  # NaN fails the test
+                self.acc += q.to(torch.int64)
             else:
-                self.overflow = True  # this pass is redone; stop spending time on it
+                self.overflow = True
         g.zero_()
 
     # -- after the collective ----------------------------------------------------------------
@@ -93,7 +105,7 @@ class FixedPointAccumulator:
         self.flat_grad.copy_(mean)
         if bool(self.nonfinite.any()):
             self.flat_grad[self.nonfinite[self.segment]] = math.nan
-        mean_max = torch.zeros_like(self.local_max).scatter_reduce_(
+        mean_max = torch.zeros(len(self.params), device=self.flat_grad.device).scatter_reduce_(
             0, self.segment, self.flat_grad.abs(), "amax"
         )
         predicted = self._exponent(mean_max) + MARGIN_BITS
@@ -101,18 +113,24 @@ class FixedPointAccumulator:
         self.bound_exp = torch.where(mean_max > 0, predicted, self.bound_exp)
 
     def rebound(self, global_max: torch.Tensor) -> None:
-        """Adopt the exact bounds after an overflow (global_max: per-tensor MAX over workers)."""
+        """Adopt exact bounds after a probe (global_max: per-tensor MAX over workers)."""
         self.nonfinite = ~torch.isfinite(global_max)
         safe = torch.where(self.nonfinite, torch.zeros_like(global_max), global_max)
         self.bound_exp = self._exponent(safe)
 
-    # -- state ---------------------------------------------------------------------------------
+    # -- state (at step boundaries; restored as a whole when a step is abandoned) --------------
     def state_dict(self) -> dict:
-        return {"bound_exp": None if self.bound_exp is None else self.bound_exp.cpu()}
+        return {
+            "bound_exp": None if self.bound_exp is None else self.bound_exp.cpu(),
+            "nonfinite": self.nonfinite.cpu(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         b = state.get("bound_exp")
         self.bound_exp = None if b is None else b.to(self.flat_grad.device)
+        if state.get("nonfinite") is not None:
+            self.nonfinite = state["nonfinite"].to(self.flat_grad.device)
+        self.probe_next = False
 
     # -- helpers -------------------------------------------------------------------------------
     def _exponent(self, magnitude: torch.Tensor) -> torch.Tensor:
@@ -124,7 +142,7 @@ class FixedPointAccumulator:
         return e.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
 
     def _make_grid(self) -> None:
-        key = (self.num_micro_batches, self.bound_exp.tolist())
+        key = (self.num_micro_batches, self.bound_exp.tolist(), self.nonfinite.tolist())
         if key == self._grid_for:
             return
         p = precision_bits(self.num_micro_batches)
@@ -132,7 +150,8 @@ class FixedPointAccumulator:
         scale_exp = (p - exp)[self.segment]
         self.scale = pow2_f32(scale_exp)
         self.step64 = pow2_f64(-scale_exp)
-        self.limit = pow2_f64(exp)
+        self.limit = float(2**p)  # |integer| <= 2**p, so M of them fit in an int64
+        self._nonfinite_elems = self.nonfinite[self.segment] if bool(self.nonfinite.any()) else None
         self._grid_for = key
 
 

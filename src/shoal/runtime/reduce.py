@@ -105,6 +105,9 @@ class StepReducer:
         self, seconds_per_micro_batch: float | None, leaving: bool = False, regroup: bool = False
     ) -> StepOutcome:
         M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
+        if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
+            self._rebound()
+            return StepOutcome(False, [], [], [], False)
         if self.losses:
             js = sorted(self.losses)
             idx = torch.tensor(js, device=self.device) + nb
@@ -119,8 +122,8 @@ class StepReducer:
                 _collective(dist.all_reduce, self.flat_grad)
             _collective(dist.all_reduce, self.buf)
         extra = self.extra.cpu()
-        if int(extra[-1]) > 0:
-            self._rebound()
+        if int(extra[-1]) > 0:  # some micro-batch exceeded its predicted bound
+            self.fixed.probe_next = True
             return StepOutcome(False, [], [], [], False)
         self._write_buffers(extra[:nb])
         if self.fixed:

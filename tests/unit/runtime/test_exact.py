@@ -34,10 +34,14 @@ def exact_mean(grads, partition, bounds=None, order_seed=0):
                     p.grad.copy_(g)
                 w.add()
             accs.append(acc)
-        if any(w.overflow for w in workers):
+        if workers[0].probing:  # every worker probes together: agree on exact bounds
             global_max = torch.stack([w.local_max for w in workers]).amax(0)
             for w in workers:
                 w.rebound(global_max)
+            continue
+        if any(w.overflow for w in workers):  # the summed flag: everyone probes next
+            for w in workers:
+                w.probe_next = True
             continue
         random.Random(order_seed).shuffle(accs)
         total = torch.zeros_like(accs[0])
