@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import statistics
@@ -22,29 +21,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_demo)
 
 
-def _steps(out: pathlib.Path) -> list[dict]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r.get("kind") == "step"]
-
-
-def _shares(rows: list[dict], num_workers: int) -> list[float]:
+def _shares(steps, num_workers: int) -> list[float]:
     totals = [0] * num_workers
-    for row in rows:
-        for w in row["workers"]:
-            totals[w["rank"]] += w["micro_batches"]
+    for step in steps:
+        for w in step.workers:
+            totals[w.rank] += w.micro_batches
     return [t / sum(totals) for t in totals]
 
 
-def _steady_samples_per_s(rows: list[dict], warmup: int = 5) -> float:
+def _steady_samples_per_s(steps, warmup: int = 5) -> float:
     """Throughput once warm: the median step after the first few (start-up, step 0's probe)."""
-    steady = rows[warmup:] or rows
-    return steady[0]["global_batch_size"] / statistics.median(r["step_time_s"] for r in steady)
+    steady = steps[warmup:] or steps
+    return steady[0].global_batch_size / statistics.median(s.step_time_s for s in steady)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from shoal.cluster import load_catalog
     from shoal.errors import UserError
     from shoal.launcher.local import RunSpec, run_local
+    from shoal.report.load import load_run
 
     if not DIGITS.is_file():
         raise UserError(f"the demo needs {DIGITS} (run it from a source checkout)")
@@ -61,9 +56,9 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"{'':<8} {'':<16} {'(steady)':>10}")
     speed = {}
     for name, (workers, result) in runs.items():
-        rows = _steps(root / name)
-        speed[name] = _steady_samples_per_s(rows)
-        shares = _shares(rows, len(workers))
+        steps = load_run(root / name).steps
+        speed[name] = _steady_samples_per_s(steps)
+        shares = _shares(steps, len(workers))
         share_text = " ".join(f"{k}:{s:.0%}" for k, s in zip(workers, shares, strict=True))
         print(
             f"{name:<8} {','.join(workers):<16} {speed[name]:>10,.0f}  "

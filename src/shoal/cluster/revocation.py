@@ -15,7 +15,6 @@ the provider take it back? Three models share the `RevocationModel` interface:
 
 from __future__ import annotations
 
-import bisect
 import csv
 import math
 import random
@@ -180,8 +179,3 @@ def revocation_model(spec: str) -> RevocationModel:
     if spec not in builders:
         raise UserError(f"unknown revocation model {spec!r} (known: {', '.join(builders)})")
     return builders[spec]()
-
-
-def empirical_cdf(values: tuple[float, ...], t_s: float) -> float:
-    """Fraction of `values` (sorted) strictly below `t_s`."""
-    return bisect.bisect_left(values, t_s) / len(values)

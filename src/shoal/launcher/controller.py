@@ -52,13 +52,14 @@ class Controller:
         self.out = pathlib.Path(spec.out)
         (self.out / "logs").mkdir(exist_ok=True)
         self.metrics = self.out / "metrics.jsonl"
+        # the listening socket must outlive the store that serves on it
         self.store, self.port, self._listener = host_store()
         self.t0 = time.time()
         self.workers: dict[str, Worker] = {}
         self.members: list[str] = []
         self.generation = 0
         self.pending = list(spec.events)
-        self.steps_done, self._seen = 0, 0
+        self.steps_done, self._read_upto = 0, 0  # bytes of metrics.jsonl already read
         self.progress = Progress(spec.steps) if show_progress else None
         self.finished = False
         self.formed_at_step = 0  # steps done when the current generation was published
@@ -126,13 +127,15 @@ class Controller:
                 self.progress.close()
 
     def read_progress(self) -> None:
+        """Read the metrics lines appended since the last poll (complete lines only)."""
         if not self.metrics.exists():
             return
-        lines = self.metrics.read_text().splitlines()
-        for line in lines[self._seen :]:
-            if not line.endswith("}"):
-                break  # a line still being written
-            self._seen += 1
+        with open(self.metrics, "rb") as f:
+            f.seek(self._read_upto)
+            chunk = f.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits
+        self._read_upto += len(complete)
+        for line in complete.decode().splitlines():
             rec = json.loads(line)
             if rec.get("kind") == "step" and rec["step"] + 1 > self.steps_done:
                 self.steps_done = rec["step"] + 1

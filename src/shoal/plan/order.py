@@ -66,6 +66,3 @@ class DataOrder:
             epoch, within = divmod(pos, self.dataset_size)
             ids.append(int(self.permutation(epoch)[within]))
         return ids
-
-    def epoch_of(self, offset: int) -> int:
-        return offset // self.dataset_size

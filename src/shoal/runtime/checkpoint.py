@@ -133,7 +133,6 @@ class AsyncCheckpointer:
         self.url, self.fingerprint, self.keep = url, fingerprint, keep
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
-        self.last_path: str | None = None
 
     def save(self, step: int, state: dict) -> None:
         self.wait()
@@ -141,7 +140,7 @@ class AsyncCheckpointer:
 
         def write() -> None:
             try:
-                self.last_path = save_checkpoint(self.url, step, copy, self.fingerprint, self.keep)
+                save_checkpoint(self.url, step, copy, self.fingerprint, self.keep)
             except BaseException as exc:  # reported by wait()
                 self.error = exc
 

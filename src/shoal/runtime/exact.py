@@ -49,11 +49,7 @@ class FixedPointAccumulator:
         numels = [p.numel() for p in params]
         device = params[0].device
         self.numel = sum(numels)
-        self.flat_grad = torch.zeros(self.numel, dtype=torch.float32, device=device)
-        offset = 0
-        for p, n in zip(params, numels, strict=True):
-            p.grad = self.flat_grad[offset : offset + n].view_as(p)
-            offset += n
+        self.flat_grad = flat_gradients(params)
         self.segment = torch.repeat_interleave(
             torch.arange(len(params), device=device), torch.tensor(numels, device=device)
         )
@@ -120,10 +116,9 @@ class FixedPointAccumulator:
 
     # -- state (at step boundaries; restored as a whole when a step is abandoned) --------------
     def state_dict(self) -> dict:
-        return {
-            "bound_exp": None if self.bound_exp is None else self.bound_exp.cpu(),
-            "nonfinite": self.nonfinite.cpu(),
-        }
+        # references, not copies: both are replaced, never modified in place, so this is
+        # cheap enough to take at every step (checkpoints copy it to the CPU themselves)
+        return {"bound_exp": self.bound_exp, "nonfinite": self.nonfinite}
 
     def load_state_dict(self, state: dict) -> None:
         b = state.get("bound_exp")
@@ -153,6 +148,19 @@ class FixedPointAccumulator:
         self.limit = float(2**p)  # |integer| <= 2**p, so M of them fit in an int64
         self._nonfinite_elems = self.nonfinite[self.segment] if bool(self.nonfinite.any()) else None
         self._grid_for = key
+
+
+def flat_gradients(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """One zeroed buffer whose slices are the parameters' .grad: autograd accumulates into it,
+    and the step's arithmetic runs on one tensor instead of one per parameter."""
+    flat = torch.zeros(
+        sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+    )
+    offset = 0
+    for p in params:
+        p.grad = flat[offset : offset + p.numel()].view_as(p)
+        offset += p.numel()
+    return flat
 
 
 def pow2_f32(k: torch.Tensor) -> torch.Tensor:

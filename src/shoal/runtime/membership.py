@@ -29,6 +29,14 @@ class PeerFailure(RuntimeError):
     """A collective failed because a member of the group died or vanished."""
 
 
+def collective(fn, *args, **kwargs) -> None:
+    """Run a torch.distributed collective; a dead or vanished peer becomes PeerFailure."""
+    try:
+        fn(*args, **kwargs)
+    except RuntimeError as exc:  # gloo/nccl report a dead or vanished peer this way
+        raise PeerFailure(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+
+
 @dataclass(frozen=True)
 class Group:
     generation: int
@@ -113,18 +121,15 @@ class StoreMembership:
     def regroup_requested(self) -> bool:
         return self.store.check([f"regroup/{self.generation}"])
 
-    def record(self, key: str, value: str) -> None:
-        self.store.set(key, value)
-
 
 def broadcast_bytes(data: bytes | None, src: int, device: torch.device) -> bytes:
     """Broadcast a byte string from rank `src` to every member (None elsewhere)."""
     size = torch.tensor([len(data) if data is not None else 0], dtype=torch.int64, device=device)
-    dist.broadcast(size, src)
+    collective(dist.broadcast, size, src)
     buf = torch.empty(int(size), dtype=torch.uint8, device=device)
     if data is not None:
         buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    dist.broadcast(buf, src)
+    collective(dist.broadcast, buf, src)
     return buf.cpu().numpy().tobytes()
 
 

@@ -88,7 +88,7 @@ def spool_dir(out: pathlib.Path) -> str:
 class StepLog:
     """Rank 0's view of the run: step lines and recovery events."""
 
-    def __init__(self, out: pathlib.Path, group, job, fingerprint: str, t0: float):
+    def __init__(self, out: pathlib.Path, group, job, t0: float):
         self.path = out / "metrics.jsonl"
         self.group, self.job, self.t0 = group, job, t0  # t0: the run's start (wall clock)
         self.logged = last_logged_step(self.path)

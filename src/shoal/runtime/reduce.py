@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from shoal.runtime.exact import FixedPointAccumulator
-from shoal.runtime.membership import PeerFailure
+from shoal.runtime.exact import FixedPointAccumulator, flat_gradients
+from shoal.runtime.membership import collective
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -52,13 +52,6 @@ class StepOutcome:
     regroup: bool  # the group must re-form after this step (someone joins)
 
 
-def _collective(fn, *args, **kwargs) -> None:
-    try:
-        fn(*args, **kwargs)
-    except RuntimeError as exc:  # gloo/nccl report a dead or vanished peer this way
-        raise PeerFailure(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
-
-
 class StepReducer:
     """Accumulates this worker's micro-batches and reduces a step across the group."""
 
@@ -71,11 +64,7 @@ class StepReducer:
         self.device = self.params[0].device
         self.fixed = FixedPointAccumulator(self.params) if consistency == "exact" else None
         if self.fixed is None:  # fast: a flat float gradient, summed by autograd then all-reduced
-            self.flat_grad = torch.zeros(sum(p.numel() for p in self.params), device=self.device)
-            offset = 0
-            for p in self.params:
-                p.grad = self.flat_grad[offset : offset + p.numel()].view_as(p)
-                offset += p.numel()
+            self.flat_grad = flat_gradients(self.params)
         self.num_buffer_bits = sum(b.numel() for b in self.buffers)
         self._num_micro_batches = -1
 
@@ -119,8 +108,8 @@ class StepReducer:
         self.extra[-1] = int(bool(self.fixed and self.fixed.overflow))
         if W > 1:
             if self.fixed is None:
-                _collective(dist.all_reduce, self.flat_grad)
-            _collective(dist.all_reduce, self.buf)
+                collective(dist.all_reduce, self.flat_grad)
+            collective(dist.all_reduce, self.buf)
         extra = self.extra.cpu()
         if int(extra[-1]) > 0:  # some micro-batch exceeded its predicted bound
             self.fixed.probe_next = True
@@ -140,7 +129,7 @@ class StepReducer:
     def _rebound(self) -> None:
         global_max = self.fixed.local_max.clone()
         if self.world_size > 1:
-            _collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
+            collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
         self.fixed.rebound(global_max)
 
     def _write_buffers(self, bits: torch.Tensor) -> None:

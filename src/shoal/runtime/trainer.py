@@ -138,17 +138,19 @@ class Trainer:
         busy_s = 0.0
         for j in micro_batches:
             t0 = time.perf_counter()
-            for b, b0 in zip(self.model.buffers(), initial, strict=True):
-                b.copy_(b0)  # every micro-batch starts from the step's buffers
+            self._set_buffers(initial)  # every micro-batch starts from the step's buffers
             batch = self._batch(j)
             seed_everything(micro_batch_seed(self.job.seed, self.step, j))
             loss = self.job.loss_fn(self.model, batch)
             loss.backward()
             self.reducer.add(j, float(loss.detach()))
             busy_s += self.pacer.pad(time.perf_counter() - t0)
-        for b, b0 in zip(self.model.buffers(), initial, strict=True):
-            b.copy_(b0)  # a recomputation must start from the same buffers
+        self._set_buffers(initial)  # a recomputation must start from the same buffers
         return busy_s
+
+    def _set_buffers(self, values: list[torch.Tensor]) -> None:
+        for b, v in zip(self.model.buffers(), values, strict=True):
+            b.copy_(v)
 
     def _batch(self, micro_batch: int):
         ids = self.order.sample_ids(self.samples_seen, micro_batch)

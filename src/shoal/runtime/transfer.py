@@ -15,8 +15,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from shoal.runtime.membership import broadcast_bytes
-from shoal.runtime.reduce import _collective
+from shoal.runtime.membership import broadcast_bytes, collective
 from shoal.runtime.state import load_training_state, training_state
 
 
@@ -47,7 +46,7 @@ def sync_state(
     def agree_max(values: list[int]) -> list[int]:
         t = torch.tensor(values, dtype=torch.int64, device=device)
         if world > 1:
-            _collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
+            collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
         return [int(v) for v in t]
 
     mine = trainer.step if has_state else -1
@@ -63,15 +62,10 @@ def sync_state(
         return ("local" if newest >= 0 else "fresh"), lost
     rank = dist.get_rank()
     src = torch.tensor([rank if mine == newest else world], dtype=torch.int64, device=device)
-    _collective(dist.all_reduce, src, op=dist.ReduceOp.MIN)
+    collective(dist.all_reduce, src, op=dist.ReduceOp.MIN)
     src_rank = int(src)
     data = serialize(training_state(trainer)) if rank == src_rank else None
-    try:
-        received = broadcast_bytes(data, src_rank, device)
-    except RuntimeError as exc:
-        from shoal.runtime.membership import PeerFailure
-
-        raise PeerFailure(str(exc)) from exc
+    received = broadcast_bytes(data, src_rank, device)
     if rank != src_rank:
         load_training_state(trainer, deserialize(received))
     return f"peer rank {src_rank}", lost

@@ -203,6 +203,12 @@ def main(args: argparse.Namespace) -> int:
     flags = Flags()
     signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(flags, store_addr is not None))
 
+    def spool(exit_code: int) -> int:
+        """torchrun owns membership: leave the step-boundary state on this node for the
+        restarted group, and exit."""
+        save_checkpoint(spool_url, trainer.step, training_state(trainer), fingerprint, keep=1)
+        return exit_code
+
     def fallback() -> dict | None:  # nobody in the group holds state: spool, then checkpoint
         # under the controller a fresh run's directory holds no checkpoint (it refuses one)
         later = store_addr is not None or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)) > 0
@@ -231,7 +237,7 @@ def main(args: argparse.Namespace) -> int:
             if not has_state:
                 samples_at_start = trainer.samples_seen  # a resumed run counts its own samples
             has_state, attempted = True, -1
-            writer = outputs.StepLog(out, group, job, fingerprint, t0) if group.rank == 0 else None
+            writer = outputs.StepLog(out, group, job, t0) if group.rank == 0 else None
             if writer and checkpointer is None:
                 checkpointer = AsyncCheckpointer(ckpt_url, fingerprint)
             first = True
@@ -253,15 +259,12 @@ def main(args: argparse.Namespace) -> int:
         except PeerFailure as exc:
             ended_at = time.time()
             _note(worker_id, t0, f"group broke at step {trainer.step}: {exc}")
-            if store_addr is None:  # torchrun restarts the group: leave the state on this node
-                save_checkpoint(spool_url, trainer.step, training_state(trainer), fingerprint, 1)
-                return 1
+            if store_addr is None:
+                return spool(1)
             membership.leave_generation()
             continue
         if store_addr is None and trainer.step < args.steps:
-            # torchrun owns membership: hand the state to the restarted group through the spool
-            save_checkpoint(spool_url, trainer.step, training_state(trainer), fingerprint, 1)
-            return 143 if flags.terminated else 1
+            return spool(143 if flags.terminated else 1)
         if rec is not None and group.rank in rec.leaving:
             _finish_checkpoints(checkpointer)
             membership.leave_generation()

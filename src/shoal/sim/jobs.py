@@ -54,7 +54,6 @@ class JobRun:
     lost_progress: float = 0.0
     version: int = 0  # bumps on every rate change; stale completion events are ignored
     ran_before: bool = False
-    ckpt_progress: float = 0.0  # progress at the last checkpoint (gang jobs)
     ckpt_s: float = 0.0
     next_refresh: float = 0.0  # progress at which the rate is re-evaluated
     data: dict = field(default_factory=dict)  # per-policy scratch (e.g. Tiresias queue)
@@ -87,10 +86,3 @@ class JobRun:
                     self.spec.total_progress, self.progress + self.rate * (now_s - start)
                 )
         self.updated_s = now_s
-
-    def remaining_s(self, now_s: float) -> float:
-        if self.rate <= 0:
-            return float("inf")
-        return (
-            max(self.resume_s - now_s, 0.0) + (self.spec.total_progress - self.progress) / self.rate
-        )

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shoal.cluster.goodput import Counts, goodput_model
+from shoal.cluster.goodput import Counts
 from shoal.sim.jobs import JobRun
 
 
@@ -134,12 +134,6 @@ def counts_of(alloc: dict[int, int], nodes: list[Node]) -> tuple[Counts, int]:
         if n:
             by_kind[nodes[node_id].kind] = by_kind.get(nodes[node_id].kind, 0) + n
     return tuple(sorted(by_kind.items())), sum(1 for n in alloc.values() if n)
-
-
-def rate_of(job: JobRun, alloc: dict[int, int], nodes: list[Node], batch: float) -> float:
-    """Goodput of `job` on `alloc` at `batch` (no parallelism constraint)."""
-    counts, num_nodes = counts_of(alloc, nodes)
-    return goodput_model(job.spec.app).progress_rate(counts, num_nodes, batch, job.progress)
 
 
 class Policy(Protocol):
