@@ -10,13 +10,15 @@ number of units; then `K_eff = P / max_i(units_i / speed_i)` under the best inte
 A local batch larger than the GPU's measured memory bound is run as gradient accumulation.
 
 Statistical efficiency (Pollux, OSDI'21). With gradient square norm |g|^2 and variance sigma^2
-measured at the initial batch M0, a batch M = S * M0 makes `r(S) = (sigma^2 + |g|^2) /
-(sigma^2 / S + |g|^2)` M0-iterations of progress per step, so progress per second is
+(normalised to the initial batch M0) measured while training at batch M = S * M0, a step makes
+`r(S) = (sigma^2 + |g|^2) / (sigma^2 / S + |g|^2)` M0-iterations of progress, so progress per
+second is
 `r(S) / step_time`, and `r(S) / S` is the efficiency. Goodput is that progress rate.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -101,7 +103,7 @@ class GoodputModel:
         k_eff = self.effective_gpus(counts, parallelism)
         local = batch_size / k_eff
         accum = max(1, math.ceil(local / self.profile.max_local_bsz))
-        step = accum * self.profile.step_time_s(num_nodes, num_gpus, local / accum)
+        step = self.profile.step_time_s(num_nodes, num_gpus, local / accum, accum)
         self._cache[key] = step
         return step
 
@@ -116,9 +118,39 @@ class GoodputModel:
         """M0-iterations per second (goodput) on this placement at this batch size."""
         if not counts:
             return 0.0
-        sqr, var = self.profile.grad_stats(progress)
+        sqr, var = self.profile.grad_stats(progress, batch_size)
         r = gain(batch_size, self.profile.init_batch_size, sqr, var)
         return r / self.step_time_s(counts, num_nodes, batch_size, parallelism)
+
+    def segment_rate(
+        self,
+        counts: Counts,
+        num_nodes: int,
+        batch_size: float,
+        start: float,
+        end: float,
+        parallelism: int | None = None,
+    ) -> float:
+        """The constant rate that covers progress `start`..`end` in the true time.
+
+        The rate changes along the way (statistical efficiency improves as training goes on), so
+        the time is the integral of d(progress)/rate: the midpoint rule on the pieces between
+        the measured points (epochs) of the gradient-statistics curve, along which the
+        statistics are linear. The answer is the harmonic mean of the pieces' rates.
+        """
+        if not counts:
+            return 0.0
+        if end <= start:
+            return self.progress_rate(counts, num_nodes, batch_size, start, parallelism)
+        points = self.profile.grad_progress_list
+        lo, hi = bisect.bisect_right(points, start), bisect.bisect_left(points, end)
+        cuts = [start, *points[lo:hi], end]
+        seconds = 0.0
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            if b > a:
+                rate = self.progress_rate(counts, num_nodes, batch_size, (a + b) / 2, parallelism)
+                seconds += (b - a) / rate
+        return (end - start) / seconds
 
     def best_batch(
         self, counts: Counts, num_nodes: int, progress: float, candidates: int = 12

@@ -6,7 +6,9 @@ changed. Scheduling rounds run on tick boundaries (`SimConfig.tick_s`): an event
 cluster dirty and asks for a round at the next tick; a periodic policy also gets a round every
 tick while jobs are active. Between rounds a job advances at a constant rate; its rate is
 re-evaluated at `SimConfig.refresh_points` milestones of its progress because statistical
-efficiency changes as training goes on. The core knows nothing about any particular policy.
+efficiency changes as training goes on, and each constant rate is the one that covers its
+stretch of progress in the true time (`GoodputModel.segment_rate`). The core knows nothing about
+any particular policy.
 """
 
 from __future__ import annotations
@@ -174,6 +176,8 @@ class Simulator:
 
     # -- state changes ---------------------------------------------------------------------
     def _round(self, now: float) -> None:
+        for job in self.running.values():  # policies read progress and attained service
+            job.advance(now)
         pending = sorted(self.pending.values(), key=lambda j: (j.spec.arrival_s, j.name))
         view = ClusterView(now, self.nodes, pending, list(self.running.values()))
         decisions = self.policy.schedule(view)
@@ -243,15 +247,19 @@ class Simulator:
         self._set_rate(job, now)
 
     def _set_rate(self, job: JobRun, now: float) -> None:
-        model = goodput_model(job.spec.app)
-        job.rate = model.progress_rate(
-            job.counts, job.num_nodes, job.batch_size, job.progress, job.parallelism
-        )
-        job.version += 1
         total = job.spec.total_progress
         step = total / self.cfg.refresh_points
         # the small slack keeps a refresh that lands a hair short from re-firing at once
         job.next_refresh = (math.floor(job.progress / step + 1e-6) + 1) * step
+        job.rate = goodput_model(job.spec.app).segment_rate(
+            job.counts,
+            job.num_nodes,
+            job.batch_size,
+            job.progress,
+            min(job.next_refresh, total),
+            job.parallelism,
+        )
+        job.version += 1
         start = max(now, job.resume_s)
         if job.rate <= 0:
             return

@@ -50,16 +50,10 @@ PHILLY_APPS_LONG = ("imagenet", "bert", "deepspeech2")
 
 
 def mean_gain(app: str, batch_size: float) -> float:
-    """Mean r(S) over the application's measured curve (progress per step at a fixed batch)."""
+    """Mean r(S) over the training curve at `batch_size` (progress per step at a fixed batch)."""
     p = load_profile(app)
-    return float(
-        np.mean(
-            [
-                gain(batch_size, p.init_batch_size, s, v)
-                for s, v in zip(p.grad_sqr, p.grad_var, strict=True)
-            ]
-        )
-    )
+    stats = [p.grad_stats(x, batch_size) for x in p.grad_progress]
+    return float(np.mean([gain(batch_size, p.init_batch_size, s, v) for s, v in stats]))
 
 
 def _rows(path: Path):
