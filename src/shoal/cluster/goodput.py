@@ -12,8 +12,7 @@ A local batch larger than the GPU's measured memory bound is run as gradient acc
 Statistical efficiency (Pollux, OSDI'21). With gradient square norm |g|^2 and variance sigma^2
 (normalised to the initial batch M0) measured while training at batch M = S * M0, a step makes
 `r(S) = (sigma^2 + |g|^2) / (sigma^2 / S + |g|^2)` M0-iterations of progress, so progress per
-second is
-`r(S) / step_time`, and `r(S) / S` is the efficiency. Goodput is that progress rate.
+second is `r(S) / step_time`, and `r(S) / S` is the efficiency. Goodput is that progress rate.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Acceptance: EasyScale's 68-row workload on its 64-GPU cluster (reference data, not shipped).
 
 Published (EasyScale artifact): average JCT / makespan YARN-CS 8905 s / 16560 s, EasyScale-homo
-1071 s / 6720 s, EasyScale-heter 677 s / 6000 s. We check the ordering of average JCT,
-heter < homo < YARN-CS, and that makespan puts both EasyScale variants ahead of YARN-CS. Our
-makespan of heter vs homo does not reproduce the published order (see docs/simulator.md).
+1071 s / 6720 s, EasyScale-heter 677 s / 6000 s. We check the published order heter < homo <
+YARN-CS for both average JCT and makespan. Heter's makespan lead is 0.1 % where the published
+one is 12 % (see docs/BENCHMARKS.md, section 3).
 """
 
 from pathlib import Path
@@ -23,8 +23,6 @@ def test_easyscale_ordering():
     }
     jct = {p: v["avg_jct_s"] for p, v in s.items()}
     assert jct["easyscale-heter"] < jct["easyscale-homo"] < jct["yarn-cs"]
-    assert (
-        max(s["easyscale-homo"]["makespan_s"], s["easyscale-heter"]["makespan_s"])
-        < s["yarn-cs"]["makespan_s"]
-    )
+    span = {p: v["makespan_s"] for p, v in s.items()}
+    assert span["easyscale-heter"] < span["easyscale-homo"] < span["yarn-cs"]
     assert all(v["finished"] == 62 for v in s.values())  # 68 rows, 62 unique names
