@@ -9,17 +9,18 @@ of micro-batches and any reduction order.
 Per tensor k the grid is 2**(E_k - P): E_k bounds the tensor's magnitude (|g| <= 2**E_k) and
 P = 62 - ceil(log2 M) leaves room for M terms in an int64. Rounding g * 2**(P - E_k) to an
 integer is exact in float32 (a power-of-two scale only moves the exponent) apart from the final
-round-half-even. The gradient mean is (sum of integers) * 2**(E_k - P) / M, computed in
+round-half-even. The gradient mean is (sum of integers) * (2**(E_k - P) / M), computed in
 float64 and rounded to float32, the same arithmetic in every layout.
 
 E_k must be the same everywhere, and must not depend on the layout. It is predicted from the
 previous step's mean gradient, which every worker holds bit for bit: E_k = exponent of
-max|mean_k| + MARGIN_BITS. A micro-batch whose integers would exceed 2**P raises an overflow
-flag that travels with the sum; the step is then recomputed in a *probe* pass that only
-records each tensor's largest magnitude, a MAX all-reduce sets E_k from the exact global
-maximum, and a last pass sums. The first step, with no prediction, starts with the probe.
-Every outcome depends only on the gradients, never on the layout, and a quantizing pass costs
-one range check per micro-batch, not one per tensor.
+max|mean_k| + MARGIN_BITS, kept unchanged while the new prediction lies within SLACK_BITS below
+it (so the grid is rebuilt only when the gradient's scale really moves). A micro-batch whose
+integers would exceed 2**P raises an overflow flag that travels with the sum; the step is then
+recomputed in a *probe* pass that only records each tensor's largest magnitude, a MAX
+all-reduce sets E_k from the exact global maximum, and a last pass sums. The first step, with
+no prediction, starts with the probe. Every outcome depends only on the gradients, never on the
+layout, and a quantizing pass costs one range check per micro-batch, not one per tensor.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import math
 import torch
 
 MARGIN_BITS = 8  # the bound sits 2**8 above the previous step's largest mean gradient
+SLACK_BITS = 4  # ... or up to 2**4 higher still, rather than move by a bit or two every step
 _MIN_SCALE_EXP = -126  # keep 2**(P - E) a normal float32: P - E <= 127
 _MAX_SCALE_EXP = 127
 
@@ -50,13 +52,19 @@ class FixedPointAccumulator:
         device = params[0].device
         self.numel = sum(numels)
         self.flat_grad = flat_gradients(params)
+        self.numels = numels
         self.segment = torch.repeat_interleave(
             torch.arange(len(params), device=device), torch.tensor(numels, device=device)
         )
+        self.scale = torch.empty_like(self.flat_grad)  # per element 2**(P - E_k), float32
+        # per element 2**(E_k - P) / M: turns the integer sum into the mean (float64)
+        self.unit = torch.empty(self.numel, dtype=torch.float64, device=device)
+        self._mean = torch.empty_like(self.unit)
         self.bound_exp: torch.Tensor | None = None  # int64 per tensor; None until agreed
         self.nonfinite = torch.zeros(len(params), dtype=torch.bool, device=device)
         self.probe_next = False
         self._tmp = torch.empty_like(self.flat_grad)
+        self._ints = torch.empty(self.numel, dtype=torch.int64, device=device)
         self._grid_for: tuple | None = None
 
     # -- one pass over this worker's micro-batches -------------------------------------------
@@ -89,7 +97,7 @@ class FixedPointAccumulator:
                 q.masked_fill_(self._nonfinite_elems, 0)
             low, high = torch.aminmax(q)
             if bool((high <= self.limit) & (low >= -self.limit)):  # NaN fails the test
-                self.acc += q.to(torch.int64)
+                self.acc += self._ints.copy_(q)
             else:
                 self.overflow = True
         g.zero_()
@@ -97,16 +105,21 @@ class FixedPointAccumulator:
     # -- after the collective ----------------------------------------------------------------
     def decode(self, summed: torch.Tensor) -> None:
         """Write the exact mean gradient into the parameters' .grad; predict the next bound."""
-        mean = summed.to(torch.float64) * self.step64 / self.num_micro_batches
-        self.flat_grad.copy_(mean)
+        self.flat_grad.copy_(torch.mul(summed, self.unit, out=self._mean))
         if bool(self.nonfinite.any()):
             self.flat_grad[self.nonfinite[self.segment]] = math.nan
-        mean_max = torch.zeros(len(self.params), device=self.flat_grad.device).scatter_reduce_(
-            0, self.segment, self.flat_grad.abs(), "amax"
-        )
-        predicted = self._exponent(mean_max) + MARGIN_BITS
-        # a tensor whose mean is all zeros keeps its bound
-        self.bound_exp = torch.where(mean_max > 0, predicted, self.bound_exp)
+        magnitude = self.flat_grad.abs()
+        maxima = torch.stack([t.max() for t in torch.split(magnitude, self.numels)]).tolist()
+        # a few dozen scalars: plain Python beats a dozen tiny tensor ops
+        p = precision_bits(self.num_micro_batches)
+        lo, hi = p - _MAX_SCALE_EXP, p - _MIN_SCALE_EXP
+        bounds = []
+        for m, b in zip(maxima, self.bound_exp.tolist(), strict=True):
+            e = min(max(math.frexp(m)[1], lo), hi) + MARGIN_BITS
+            # keep the bound while the prediction sits at most SLACK_BITS below it; a tensor
+            # whose mean is all zeros (or NaN) keeps its bound
+            bounds.append(b if not m > 0 or b - SLACK_BITS <= e <= b else e)
+        self.bound_exp = torch.tensor(bounds, dtype=torch.int64, device=self.flat_grad.device)
 
     def rebound(self, global_max: torch.Tensor) -> None:
         """Adopt exact bounds after a probe (global_max: per-tensor MAX over workers)."""
@@ -137,14 +150,17 @@ class FixedPointAccumulator:
         return e.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
 
     def _make_grid(self) -> None:
-        key = (self.num_micro_batches, self.bound_exp.tolist(), self.nonfinite.tolist())
+        p = precision_bits(self.num_micro_batches)
+        exps = self.bound_exp.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP).tolist()
+        key = (p, exps, self.nonfinite.tolist())
         if key == self._grid_for:
             return
-        p = precision_bits(self.num_micro_batches)
-        exp = self.bound_exp.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
-        scale_exp = (p - exp)[self.segment]
-        self.scale = pow2_f32(scale_exp)
-        self.step64 = pow2_f64(-scale_exp)
+        offset = 0
+        for n, e in zip(self.numels, exps, strict=True):
+            # 2**(P - E) is an exact, normal float32
+            self.scale[offset : offset + n].fill_(2.0 ** (p - e))
+            self.unit[offset : offset + n].fill_(2.0 ** (e - p) / self.num_micro_batches)
+            offset += n
         self.limit = float(2**p)  # |integer| <= 2**p, so M of them fit in an int64
         self._nonfinite_elems = self.nonfinite[self.segment] if bool(self.nonfinite.any()) else None
         self._grid_for = key
@@ -161,13 +177,3 @@ def flat_gradients(params: list[torch.nn.Parameter]) -> torch.Tensor:
         p.grad = flat[offset : offset + p.numel()].view_as(p)
         offset += p.numel()
     return flat
-
-
-def pow2_f32(k: torch.Tensor) -> torch.Tensor:
-    """2**k as float32, built from its bits (exact; k in [-126, 127])."""
-    return ((k.to(torch.int64) + 127) << 23).to(torch.int32).view(torch.float32)
-
-
-def pow2_f64(k: torch.Tensor) -> torch.Tensor:
-    """2**k as float64, built from its bits (exact; k in [-1022, 1023])."""
-    return ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
