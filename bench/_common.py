@@ -7,12 +7,14 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 
 import torch
 import torch.multiprocessing as mp
 
-from shoal.launcher.local import RunSpec, free_port, run_local
+from shoal.launcher.local import free_port
 from shoal.runtime.baseline import ddp_worker
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -35,26 +37,47 @@ def steady(times: list[float], warmup: int) -> float:
 def shoal_step_times(
     job: str, kinds: list[str], steps: int, options: list[str], consistency: str = "exact"
 ) -> list[float]:
+    """Step times of a `shoal run` in a fresh interpreter (as a user runs it; nothing of this
+    process's state, threads or earlier children can slow it)."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="shoal-bench-"))
-    run_local(
-        RunSpec(job, kinds, steps, str(out), consistency, options=options), show_progress=False
-    )
+    cmd = [sys.executable, "-m", "shoal", "run", job, "--workers", ",".join(kinds)]
+    cmd += ["--steps", str(steps), "--out", str(out), "--consistency", consistency]
+    for option in options:
+        cmd += ["--option", option]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r["step_time_s"] for r in rows]
+    return [r["step_time_s"] for r in rows if r.get("kind") == "step"]
 
 
 def ddp_step_times(
     job: str, world: int, steps: int, options: dict, slowdowns: list[float] | None = None
 ) -> list[float]:
+    """Step times of torch DDP ranks spawned from a fresh interpreter, like shoal's runs."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="ddp-bench-")) / "ddp.json"
+    args = json.dumps([world, job, options, steps, str(out), slowdowns])
+    done = subprocess.run(
+        [sys.executable, __file__, "--ddp", args], capture_output=True, text=True, cwd=ROOT
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"DDP baseline failed:\n{done.stderr[-2000:]}")
+    return json.loads(out.read_text())["step_times_s"]
+
+
+def _spawn_ddp(args: str) -> None:
+    world, job, options, steps, out, slowdowns = json.loads(args)
     mp.spawn(
         ddp_worker,
-        args=(world, free_port(), job, options, steps, str(out), slowdowns),
+        args=(world, free_port(), job, options, steps, out, slowdowns),
         nprocs=world,
         join=True,
     )
-    return json.loads(out.read_text())["step_times_s"]
 
 
 def as_options(options: dict) -> list[str]:
     return [f"{k}={v!r}" for k, v in options.items()]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--ddp"]:
+    _spawn_ddp(sys.argv[2])

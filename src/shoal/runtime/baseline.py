@@ -83,4 +83,5 @@ def ddp_worker(
     if rank == 0:
         with open(out_json, "w") as f:
             json.dump({"losses": losses, "step_times_s": step_times, "state_sha256": digest}, f)
+    dist.barrier()  # nobody tears gloo down while a peer still talks to it
     dist.destroy_process_group()
