@@ -22,8 +22,6 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from shoal.cluster.kinds import KindTable, load_kinds
 from shoal.cluster.profiles import AppProfile, load_profile
 
@@ -141,7 +139,7 @@ class GoodputModel:
             return 0.0
         if end <= start:
             return self.progress_rate(counts, num_nodes, batch_size, start, parallelism)
-        points = self.profile.grad_progress_list
+        points = self.profile.grad_progress
         lo, hi = bisect.bisect_right(points, start), bisect.bisect_left(points, end)
         cuts = [start, *points[lo:hi], end]
         seconds = 0.0
@@ -159,14 +157,14 @@ class GoodputModel:
         The choice is memoised per measured point of the gradient-statistics curve (one per
         epoch of the validation run): between two points the optimum barely moves.
         """
-        epoch = int(np.searchsorted(self.profile.grad_progress, progress))
+        epoch = bisect.bisect_left(self.profile.grad_progress, progress)
         key = ("best", counts, num_nodes, epoch, candidates)
         hit = self._cache.get(key)
         if hit is None:
             # search at the curve point that opens this bucket, so the choice does not depend
             # on which caller asked first (results must not depend on run order)
             points = self.profile.grad_progress
-            anchor = float(points[epoch - 1]) if epoch > 0 else 0.0
+            anchor = points[epoch - 1] if epoch > 0 else 0.0
             hit = self._search_batch(counts, num_nodes, anchor, candidates)
             self._cache[key] = hit
         return hit, self.progress_rate(counts, num_nodes, hit, progress)

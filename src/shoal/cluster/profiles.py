@@ -71,12 +71,15 @@ class AppProfile:
     max_local_bsz: int  # the largest local batch measured on one GPU (memory bound)
     total_progress: float  # M0-iterations to finish training
     curves: dict[tuple[int, int], _Curve]  # (N, K) -> measured step times
-    grad_progress: np.ndarray  # progress points (epoch ends) of the M0 validation curve
-    grad_progress_list: list[float]  # the same, for fast scalar bisection
     gpus_by_nodes: dict[int, list[int]]  # measured N -> sorted measured K's
     grad_batches: list[float]  # measured global batches, ascending (the first is M0)
     grad_log_batches: list[float]
     grad_curves: list[_GradCurve]  # one per measured batch
+
+    @property
+    def grad_progress(self) -> list[float]:
+        """Progress points (epoch ends) of the M0 validation curve."""
+        return self.grad_curves[0].progress
 
     def step_time_s(
         self, num_nodes: int, num_gpus: float, local_bsz: float, accum: int = 1
@@ -185,17 +188,14 @@ def load_profile(app: str) -> AppProfile:
                 [float(r["grad_var"]) for r in rows],
             )
         )
-    progress = np.array(grad_curves[0].progress)
     single = curves[(1, 1)]
     return AppProfile(
         name=app,
         init_batch_size=batches[0],
         max_batch_size=batches[-1],
         max_local_bsz=int(single.local_bsz[-1]),
-        total_progress=float(progress[-1]),
+        total_progress=grad_curves[0].progress[-1],
         curves=curves,
-        grad_progress=progress,
-        grad_progress_list=grad_curves[0].progress,
         gpus_by_nodes={n: sorted(k for (nn, k) in curves if nn == n) for (n, _) in curves},
         grad_batches=[float(b) for b in batches],
         grad_log_batches=[math.log(b) for b in batches],

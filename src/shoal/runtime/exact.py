@@ -110,22 +110,19 @@ class FixedPointAccumulator:
             self.flat_grad[self.nonfinite[self.segment]] = math.nan
         magnitude = self.flat_grad.abs()
         maxima = torch.stack([t.max() for t in torch.split(magnitude, self.numels)]).tolist()
-        # a few dozen scalars: plain Python beats a dozen tiny tensor ops
-        p = precision_bits(self.num_micro_batches)
-        lo, hi = p - _MAX_SCALE_EXP, p - _MIN_SCALE_EXP
         bounds = []
         for m, b in zip(maxima, self.bound_exp.tolist(), strict=True):
-            e = min(max(math.frexp(m)[1], lo), hi) + MARGIN_BITS
+            e = self._exponent(m) + MARGIN_BITS
             # keep the bound while the prediction sits at most SLACK_BITS below it; a tensor
             # whose mean is all zeros (or NaN) keeps its bound
             bounds.append(b if not m > 0 or b - SLACK_BITS <= e <= b else e)
-        self.bound_exp = torch.tensor(bounds, dtype=torch.int64, device=self.flat_grad.device)
+        self.bound_exp = self._as_tensor(bounds)
 
     def rebound(self, global_max: torch.Tensor) -> None:
         """Adopt exact bounds after a probe (global_max: per-tensor MAX over workers)."""
         self.nonfinite = ~torch.isfinite(global_max)
         safe = torch.where(self.nonfinite, torch.zeros_like(global_max), global_max)
-        self.bound_exp = self._exponent(safe)
+        self.bound_exp = self._as_tensor([self._exponent(m) for m in safe.tolist()])
 
     # -- state (at step boundaries; restored as a whole when a step is abandoned) --------------
     def state_dict(self) -> dict:
@@ -141,13 +138,17 @@ class FixedPointAccumulator:
         self.probe_next = False
 
     # -- helpers -------------------------------------------------------------------------------
-    def _exponent(self, magnitude: torch.Tensor) -> torch.Tensor:
-        """Smallest e with |x| <= 2**e, clamped so that the grid scale stays a normal float."""
-        _, e = torch.frexp(magnitude.to(torch.float32))
+    def _exponent(self, magnitude: float) -> int:
+        """Smallest e with |x| <= 2**e, clamped so that the grid scale stays a normal float.
+
+        Per tensor, on plain Python floats: a few dozen scalars, where tensor ops cost more.
+        """
         p = precision_bits(self.num_micro_batches)
-        e = e.to(torch.int64)
-        e = torch.where(magnitude > 0, e, torch.full_like(e, p - _MAX_SCALE_EXP))
-        return e.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP)
+        lo, hi = p - _MAX_SCALE_EXP, p - _MIN_SCALE_EXP
+        return min(max(math.frexp(magnitude)[1], lo), hi) if magnitude > 0 else lo
+
+    def _as_tensor(self, exponents: list[int]) -> torch.Tensor:
+        return torch.tensor(exponents, dtype=torch.int64, device=self.flat_grad.device)
 
     def _make_grid(self) -> None:
         p = precision_bits(self.num_micro_batches)

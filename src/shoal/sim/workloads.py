@@ -49,6 +49,7 @@ PHILLY_APPS_BY_GPU_HOURS = ((1.0, ("cifar10", "ncf")), (10.0, ("yolov3", "deepsp
 PHILLY_APPS_LONG = ("imagenet", "bert", "deepspeech2")
 
 
+@cache
 def mean_gain(app: str, batch_size: float) -> float:
     """Mean r(S) over the training curve at `batch_size` (progress per step at a fixed batch)."""
     p = load_profile(app)
