@@ -85,7 +85,8 @@ class Controller:
         self.workers[wid] = Worker(wid, kind, proc, log)
         return self.workers[wid]
 
-    def event(self, name: str, w: Worker, detail: str = "") -> None:
+    def event(self, name: str, w: Worker, detail: str = "", step: int | None = None) -> None:
+        """Log a membership change; `step` is the steps completed when it took effect."""
         append_line(
             self.metrics,
             {
@@ -93,7 +94,7 @@ class Controller:
                 "event": name,
                 "worker": w.id,
                 "device": w.kind,
-                "step": self.steps_done,
+                "step": self.steps_done if step is None else step,
                 "wall_time_s": time.time() - self.t0,
                 "detail": detail,
             },
@@ -190,7 +191,10 @@ class Controller:
             if code == 0 and (self.out / "result.json").exists():
                 self.finished = True
             elif code == 0 and w.state == "leaving":
-                self.event("leave", w, "left at a step boundary after a notice")
+                # the boundary it left at: the controller may reap it steps later
+                key = f"left/{w.id}"
+                left = int(self.store.get(key)) if self.store.check([key]) else None
+                self.event("leave", w, "left at a step boundary after a notice", left)
             elif code == 0 and w.state == "starting":
                 pass  # never admitted and the run is over
             else:

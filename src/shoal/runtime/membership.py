@@ -121,6 +121,10 @@ class StoreMembership:
     def regroup_requested(self) -> bool:
         return self.store.check([f"regroup/{self.generation}"])
 
+    def announce_left(self, steps_done: int) -> None:
+        """A graceful leave: tell the controller the step boundary this worker left at."""
+        self.store.set(f"left/{self.id}", str(steps_done))
+
 
 def broadcast_bytes(data: bytes | None, src: int, device: torch.device) -> bytes:
     """Broadcast a byte string from rank `src` to every member (None elsewhere)."""

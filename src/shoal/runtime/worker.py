@@ -163,6 +163,9 @@ class TorchrunMembership:
     def leave_generation(self) -> None:
         pass
 
+    def announce_left(self, steps_done: int) -> None:
+        pass  # torchrun's agent sees the exit itself
+
 
 def main(args: argparse.Namespace) -> int:
     t0 = float(os.environ.get("SHOAL_T0", time.time()))
@@ -268,6 +271,7 @@ def main(args: argparse.Namespace) -> int:
         if rec is not None and group.rank in rec.leaving:
             _finish_checkpoints(checkpointer)
             membership.leave_generation()
+            membership.announce_left(trainer.step)
             _note(worker_id, t0, f"left after step {trainer.step - 1}")
             return 0  # a graceful leave: the group has the state, nothing is lost
         ended_at = time.time()
