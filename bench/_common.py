@@ -34,29 +34,58 @@ def steady(times: list[float], warmup: int) -> float:
     return statistics.median(times[warmup:])
 
 
-def shoal_step_times(
-    job: str, kinds: list[str], steps: int, options: list[str], consistency: str = "exact"
-) -> list[float]:
-    """Step times of a `shoal run` in a fresh interpreter (as a user runs it; nothing of this
-    process's state, threads or earlier children can slow it)."""
+def shoal_run_rows(
+    job: str,
+    kinds: list[str],
+    steps: int,
+    options: list[str],
+    consistency: str = "exact",
+    host_s: float | None = None,
+    cap: int | None = None,
+) -> list[dict]:
+    """The per-step records of a `shoal run` in a fresh interpreter (as a user runs it;
+    nothing of this process's state, threads or earlier children can slow it). `host_s` fixes
+    the host time per micro-batch that emulated kinds pace against (see runtime/pacing.py);
+    `cap` is `--max-micro-batches`."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     cmd = [sys.executable, "-m", "shoal", "run", job, "--workers", ",".join(kinds)]
     cmd += ["--steps", str(steps), "--out", str(out), "--consistency", consistency]
     for option in options:
         cmd += ["--option", option]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    if cap is not None:
+        cmd += ["--max-micro-batches", str(cap)]
+    env = dict(os.environ)
+    if host_s is not None:
+        env["SHOAL_EMULATED_HOST_S"] = repr(host_s)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [r["step_time_s"] for r in rows if r.get("kind") == "step"]
+    return [r for r in rows if r.get("kind") == "step"]
+
+
+def step_periods(rows: list[dict]) -> list[float]:
+    """Seconds from one step's record to the next: everything a step costs, bookkeeping
+    between steps included, as DDP's steps are timed from start to start."""
+    return [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(rows, rows[1:])]
+
+
+def shoal_step_times(*args, **kwargs) -> list[float]:
+    """Step periods of a `shoal run` (arguments as `shoal_run_rows`)."""
+    return step_periods(shoal_run_rows(*args, **kwargs))
 
 
 def ddp_step_times(
-    job: str, world: int, steps: int, options: dict, slowdowns: list[float] | None = None
+    job: str,
+    world: int,
+    steps: int,
+    options: dict,
+    slowdowns: list[float] | None = None,
+    host_s: float | None = None,
 ) -> list[float]:
     """Step times of torch DDP ranks spawned from a fresh interpreter, like shoal's runs."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="ddp-bench-")) / "ddp.json"
-    args = json.dumps([world, job, options, steps, str(out), slowdowns])
+    args = json.dumps([world, job, options, steps, str(out), slowdowns, host_s])
     done = subprocess.run(
         [sys.executable, __file__, "--ddp", args], capture_output=True, text=True, cwd=ROOT
     )
@@ -66,10 +95,10 @@ def ddp_step_times(
 
 
 def _spawn_ddp(args: str) -> None:
-    world, job, options, steps, out, slowdowns = json.loads(args)
+    world, job, options, steps, out, slowdowns, host_s = json.loads(args)
     mp.spawn(
         ddp_worker,
-        args=(world, free_port(), job, options, steps, out, slowdowns),
+        args=(world, free_port(), job, options, steps, out, slowdowns, host_s),
         nprocs=world,
         join=True,
     )

@@ -39,6 +39,14 @@ def test_digest_is_independent_of_workers(single, tmp_path, workers):
     assert [r["loss"] for r in rows] == [r["loss"] for r in metrics(single[0])]
 
 
+def test_a_cap_moves_work_but_not_the_digest(single, tmp_path):
+    """--max-micro-batches 2 holds the fast worker to DDP's equal split of M = 4."""
+    out = tmp_path / "capped"
+    result = shoal_run(out, "v100,k80", STEPS, "--max-micro-batches", "2")
+    assert result["state_sha256"] == single[1]["state_sha256"]
+    assert all([w["micro_batches"] for w in r["workers"]] == [2, 2] for r in metrics(out))
+
+
 def test_torchrun_gives_the_same_digest(single, tmp_path):
     """torchrun runs the job file itself, which hands over to shoal through shoal.launch."""
     cmd = [

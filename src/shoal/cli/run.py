@@ -38,6 +38,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         options=args.option,
         replan_every=args.replan_every,
+        max_micro_batches=args.max_micro_batches,
         threads=args.threads,
         events=events,
         checkpoint_every=args.checkpoint_every,

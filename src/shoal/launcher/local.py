@@ -22,6 +22,7 @@ from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
 from shoal.runtime.outputs import prepare_out_dir
+from shoal.runtime.pacing import pacer_from_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,6 +41,7 @@ class RunSpec:
     seed: int | None = None
     options: list[str] = field(default_factory=list)
     replan_every: int = 5
+    max_micro_batches: int | None = None
     threads: int = 1
     events: list[Event] = field(default_factory=list)
     checkpoint_every: int = 0
@@ -67,6 +69,8 @@ class RunSpec:
         ]
         if self.seed is not None:
             args += ["--seed", str(self.seed)]
+        if self.max_micro_batches is not None:
+            args += ["--max-micro-batches", str(self.max_micro_batches)]
         if self.checkpoint_dir:
             args += ["--checkpoint-dir", self.checkpoint_dir]
         if self.resume:
@@ -91,6 +95,13 @@ def check_run(spec: RunSpec) -> Speeds:
     if not spec.kinds:
         raise UserError("--workers names no worker")
     job = build_job(load_job_file(spec.job), parse_options(spec.options), spec.seed)
+    cap = spec.max_micro_batches
+    if cap is not None and (cap < 1 or cap * len(spec.kinds) < job.num_micro_batches):
+        raise UserError(
+            f"--max-micro-batches {cap}: {len(spec.kinds)} workers must be able to take "
+            f"the step's {job.num_micro_batches} micro-batches, and N must be >= 1"
+        )
+    pacer_from_env()  # a bad SHOAL_EMULATED_HOST_S fails here, not in every worker
     out = prepare_out_dir(spec.out)
     ckpts = pathlib.Path(spec.checkpoint_dir or out / "checkpoints")
     has_ckpt = ckpts.is_dir() and any(ckpts.glob("ckpt-*.json"))

@@ -12,6 +12,7 @@ import contextlib
 import datetime
 import json
 import os
+import statistics
 import time
 import warnings
 
@@ -35,6 +36,7 @@ def ddp_worker(
     steps: int,
     out_json: str,
     slowdowns: list[float] | None = None,
+    host_s: float | None = None,
     threads: int = 1,
 ) -> None:
     """One DDP rank (a torch.multiprocessing.spawn target); rank 0 writes `out_json`."""
@@ -48,7 +50,7 @@ def ddp_worker(
     if m % world_size:
         raise ValueError(f"DDP's equal split needs M={m} divisible by {world_size}")
     k = m // world_size
-    pacer = Pacer(slowdowns[rank] if slowdowns else 1.0)
+    pacer = Pacer(slowdowns[rank] if slowdowns else 1.0, host_s)  # as shoal's workers pace
     seed_everything(micro_batch_seed(job.seed, -1, 0))
     with warnings.catch_warnings():  # the flag is being renamed; its meaning is unchanged
         warnings.simplefilter("ignore", FutureWarning)
@@ -61,7 +63,10 @@ def ddp_worker(
     for step in range(steps):
         start = time.perf_counter()
         optimizer.zero_grad()
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        # slot 0: this step's loss sum; slot 1 + r: rank r's seconds per micro-batch
+        shared = torch.zeros(1 + world_size, dtype=torch.float64)
+        host_s = []  # this rank's micro-batches at host speed, without the all-reduce
+        computed = time.perf_counter()
         for i, j in enumerate(range(rank * k, rank * k + k)):
             t0 = time.perf_counter()
             ids = order.sample_ids(step * job.global_batch_size, j)
@@ -71,14 +76,21 @@ def ddp_worker(
             with sync:
                 loss = job.loss_fn(model, batch)
                 (loss / k).backward()  # DDP then averages over ranks: the mean over M
-            loss_sum += float(loss.detach())
-            pacer.pad(time.perf_counter() - t0)
+            shared[0] += float(loss.detach())
+            if i < k - 1 or k == 1:
+                host_s.append(time.perf_counter() - t0)
+        shared[1 + rank] = statistics.median(host_s)  # as shoal's trainer measures it
+        # An emulated slower rank waits out its kind's time after its micro-batches, as
+        # shoal's do. Its all-reduce ran inside that time, so DDP's appears free: a bias in
+        # DDP's favour, while a rank that slept first would run its last micro-batch cold.
+        pacer.pad(k, time.perf_counter() - computed)
         optimizer.step()
         if scheduler:
             scheduler.step()
-        step_times.append(time.perf_counter() - start)  # the loss all-reduce is bookkeeping
-        dist.all_reduce(loss_sum)
-        losses.append(float(loss_sum) / m)
+        dist.all_reduce(shared)  # bookkeeping, 8 bytes a rank; shoal's rides its collective
+        step_times.append(time.perf_counter() - start)
+        losses.append(float(shared[0]) / m)
+        pacer.observe(float(shared[1:].min()))  # paced, like shoal, by the fastest rank
     digest = state_sha256(model.module, optimizer)
     if rank == 0:
         with open(out_json, "w") as f:

@@ -1,35 +1,89 @@
-"""Emulated device speed: a slower kind pads each micro-batch up to that kind's time.
+"""Emulated device speed: a slower kind takes `slowdown` times the host's time per micro-batch.
 
-On a CPU host every worker computes at the host's speed; a worker emulating a kind that is
-`slowdown` times slower than the fastest kind in the run sleeps until the micro-batch has
-taken `slowdown` times the host's own time for it. The host's time is the fastest compute
-time seen so far (the uncontended speed): padding to a multiple of each measured time would
-multiply every hiccup of a shared machine by the slowdown. Sleeping leaves the cores to the
-other workers.
+On a CPU host every worker computes at the host's speed. A worker emulating a kind that is
+`slowdown` times slower than the fastest kind in the run computes its micro-batches of a step
+back to back, then sleeps until they have taken `slowdown` times the host's time for them:
+
+- The host's time per micro-batch is what the group's fastest worker measured, unpadded, in
+  each step (shared through the step's collective), as a median over recent steps. That is
+  the pace of the fastest kind in the run, under the same sharing of the host's cores; a
+  median ignores the hiccups of a shared machine, which padding would multiply.
+- A worker's own compute times are not the yardstick: a process that pauses between
+  micro-batches runs the next one 15-20 % slower on this kind of host (cold caches), so a
+  worker that computes one or two micro-batches a step would emulate a kind slower than the
+  catalog says. For the same reason the wait is taken once per step, after the micro-batches,
+  and its end is spun rather than slept (see `_wait`).
+- Until a step has been measured there is no yardstick, and the worker runs at host speed.
+
+A benchmark that compares runs fixes the yardstick instead (`host_s`, or the environment
+variable SHOAL_EMULATED_HOST_S for `shoal run`), so that an emulated kind has the same speed
+in every run whatever the host's load: pacing against each run's own measurement would make
+a K80 slower in a run where the workers contend more for the host's cores.
 """
 
 from __future__ import annotations
 
-import math
+import collections
+import os
+import statistics
 import time
 from dataclasses import dataclass, field
+
+from shoal.errors import UserError
+
+WINDOW = 16  # recent steps behind the host-speed estimate
+SPIN_S = 0.002  # the end of a wait is spun, not slept (see _wait)
 
 
 @dataclass
 class Pacer:
     slowdown: float = 1.0
-    _best_s: float = field(default=math.inf, init=False)
+    host_s: float | None = None  # a fixed host time per micro-batch; None: measured in the run
+    _recent: collections.deque = field(
+        default_factory=lambda: collections.deque(maxlen=WINDOW), init=False
+    )
 
     def __post_init__(self) -> None:
         if not self.slowdown >= 1.0:
             raise ValueError(f"slowdown must be >= 1, got {self.slowdown}")
+        if self.host_s is not None and not self.host_s > 0:
+            raise ValueError(f"host_s must be > 0, got {self.host_s}")
 
-    def pad(self, compute_s: float) -> float:
-        """Sleep until the micro-batch has taken this kind's time; return the time it took."""
-        if self.slowdown == 1.0:
-            return compute_s
-        self._best_s = min(self._best_s, compute_s)
-        extra = self.slowdown * self._best_s - compute_s
-        if extra > 0:
-            time.sleep(extra)
-        return max(compute_s, self.slowdown * self._best_s)
+    def observe(self, host_s: float) -> None:
+        """Record a step's host time per micro-batch (the group's fastest worker's)."""
+        if self.slowdown != 1.0:
+            self._recent.append(host_s)
+
+    def pad(self, num_micro_batches: int, elapsed_s: float) -> float:
+        """Sleep until `num_micro_batches` micro-batches, computed in `elapsed_s`, have taken
+        this kind's time for them; return that time."""
+        if self.slowdown == 1.0 or not (self.host_s or self._recent):
+            return elapsed_s
+        host_s = self.host_s or statistics.median(self._recent)
+        target = self.slowdown * num_micro_batches * host_s
+        if target > elapsed_s:
+            _wait(target - elapsed_s)
+        return max(elapsed_s, target)
+
+
+def _wait(seconds: float) -> None:
+    """Sleep, then spin for the last SPIN_S: a CPU left idle for a few milliseconds can take
+    milliseconds to wake on a virtual machine, and the wait ends where the worker joins the
+    step's collective, which would then run that much later. (A GPU worker's host thread
+    spins on its stream likewise.)"""
+    end = time.perf_counter() + seconds
+    if seconds > SPIN_S:
+        time.sleep(seconds - SPIN_S)
+    while time.perf_counter() < end:
+        pass
+
+
+def pacer_from_env() -> Pacer:
+    """The pacer `shoal run` sets up for a worker: SHOAL_SLOWDOWN (set by the launcher) and
+    the optional fixed yardstick SHOAL_EMULATED_HOST_S (seconds per micro-batch)."""
+    fixed = os.environ.get("SHOAL_EMULATED_HOST_S")
+    try:
+        host_s = float(fixed) if fixed else None
+        return Pacer(float(os.environ.get("SHOAL_SLOWDOWN", "1")), host_s)
+    except ValueError as exc:
+        raise UserError(f"SHOAL_EMULATED_HOST_S / SHOAL_SLOWDOWN: {exc}") from None

@@ -7,8 +7,9 @@ Everything a step must share is packed into one int64 tensor and summed:
   the worker that computed micro-batch 0 contributes them, everyone else adds zeros, so the
   sum is that worker's bit pattern (DDP's convention: buffers are those of rank 0);
 - each micro-batch's loss (float64 bits, in slot j), each worker's seconds per micro-batch
-  (float64 bits, in slot rank), membership flags (who leaves after this step, whether the
-  group must regroup) and the overflow flag of the exact sum.
+  at its kind's speed and at the host's (float64 bits, in slot rank), membership flags (who
+  leaves after this step, whether the group must regroup) and the overflow flag of the exact
+  sum.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
 """
 
@@ -48,6 +49,7 @@ class StepOutcome:
     ok: bool  # False: an exact-mode bound overflowed; the step must be recomputed
     losses: list[float]  # per micro-batch, index j
     seconds_per_micro_batch: list[float | None]  # per worker; None if it computed nothing
+    host_seconds_per_micro_batch: list[float | None]  # the same, before emulation's padding
     leaving: list[int]  # ranks that leave the group after this step
     regroup: bool  # the group must re-form after this step (someone joins)
 
@@ -72,7 +74,7 @@ class StepReducer:
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
-            extra = self.num_buffer_bits + num_micro_batches + 2 * self.world_size + 2
+            extra = self.num_buffer_bits + num_micro_batches + 3 * self.world_size + 2
             self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints:]
         self.buf.zero_()
@@ -91,19 +93,24 @@ class StepReducer:
             self.extra[: self.num_buffer_bits] = torch.cat([bits_of(b) for b in self.buffers])
 
     def reduce(
-        self, seconds_per_micro_batch: float | None, leaving: bool = False, regroup: bool = False
+        self,
+        timing: tuple[float, float] | None,
+        leaving: bool = False,
+        regroup: bool = False,
     ) -> StepOutcome:
+        """`timing`: this worker's seconds per micro-batch at its kind's speed and at the
+        host's; None if it computed nothing."""
         M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
         if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
             self._rebound()
-            return StepOutcome(False, [], [], [], False)
+            return StepOutcome(False, [], [], [], [], False)
         if self.losses:
             js = sorted(self.losses)
             idx = torch.tensor(js, device=self.device) + nb
             self.extra.index_copy_(0, idx, _f64_bits([self.losses[j] for j in js]).to(self.device))
-        if seconds_per_micro_batch is not None:
-            self.extra[nb + M + self.rank] = _f64_bits([seconds_per_micro_batch])[0]
-        self.extra[nb + M + W + self.rank] = int(leaving)
+        if timing is not None:
+            self.extra[[nb + M + self.rank, nb + M + W + self.rank]] = _f64_bits(list(timing))
+        self.extra[nb + M + 2 * W + self.rank] = int(leaving)
         self.extra[-2] = int(regroup)
         self.extra[-1] = int(bool(self.fixed and self.fixed.overflow))
         if W > 1:
@@ -113,18 +120,17 @@ class StepReducer:
         extra = self.extra.cpu()
         if int(extra[-1]) > 0:  # some micro-batch exceeded its predicted bound
             self.fixed.probe_next = True
-            return StepOutcome(False, [], [], [], False)
+            return StepOutcome(False, [], [], [], [], False)
         self._write_buffers(extra[:nb])
         if self.fixed:
             self.fixed.decode(self.buf[: self.fixed.numel])
         else:
             self.flat_grad /= M
         losses = extra[nb : nb + M].view(torch.float64).tolist()
-        times = extra[nb + M : nb + M + W].view(torch.float64).tolist()
-        leavers = [r for r in range(W) if int(extra[nb + M + W + r]) > 0]
-        return StepOutcome(
-            True, losses, [t if t > 0 else None for t in times], leavers, int(extra[-2]) > 0
-        )
+        times = extra[nb + M : nb + M + 2 * W].view(torch.float64).tolist()
+        times = [t if t > 0 else None for t in times]
+        leavers = [r for r in range(W) if int(extra[nb + M + 2 * W + r]) > 0]
+        return StepOutcome(True, losses, times[:W], times[W:], leavers, int(extra[-2]) > 0)
 
     def _rebound(self) -> None:
         global_max = self.fixed.local_max.clone()

@@ -11,6 +11,7 @@ optimizer step and computes the same next plan.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import torch
 
 from shoal.control import Rebalancer, SpeedEstimator
 from shoal.job import Job
-from shoal.plan import DataOrder, micro_batch_seed
+from shoal.plan import DataOrder, Plan, micro_batch_seed
 from shoal.runtime.membership import PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepReducer
@@ -70,6 +71,7 @@ class Trainer:
         prior_s: Sequence[float] | None = None,
         pacer: Pacer | None = None,
         replan_every: int = 5,
+        max_micro_batches: int | None = None,
     ):
         self.job, self.rank, self.world_size = job, rank, world_size
         self.device = torch.device(device)
@@ -79,6 +81,7 @@ class Trainer:
         self.optimizer = job.optimizer(self.model.parameters())
         self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
         self.consistency, self.replan_every = consistency, replan_every
+        self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         self.reducer = None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.collate = job.collate_fn or torch.utils.data.default_collate
@@ -93,19 +96,30 @@ class Trainer:
         self.reducer = StepReducer(self.model, self.consistency, rank, world_size)
         if state is not None:
             self.reducer.load_state_dict(state)
-        estimator = SpeedEstimator(list(prior_s or [1.0] * world_size))
-        self.rebalancer = Rebalancer(self.job.num_micro_batches, estimator, self.replan_every)
+        self.prior_s = list(prior_s or [1.0] * world_size)
+        self.rebalancer = None  # planned at the group's first step (a cap needs the real group)
+
+    def _plan(self) -> Plan:
+        if self.rebalancer is None:
+            self.rebalancer = Rebalancer(
+                self.job.num_micro_batches,
+                SpeedEstimator(self.prior_s),
+                self.replan_every,
+                caps=[self.max_micro_batches] * self.world_size,
+            )
+        return self.rebalancer.plan
 
     def train_step(self, leaving: bool = False, regroup: bool = False) -> StepRecord:
-        start, plan = time.perf_counter(), self.rebalancer.plan
+        start, plan = time.perf_counter(), self._plan()
         mine, redone = plan.indices(self.rank), 0
         bounds = self.reducer.state_dict()
         while True:
-            busy_s = self._compute(mine, plan.num_micro_batches)
+            times = self._compute(mine, plan.num_micro_batches)
+            busy_s = self.pacer.pad(len(mine), sum(times))  # an emulated slower kind waits
+            # host speed: the median micro-batch, as a warm cache runs it (see pacing.py)
+            timing = (busy_s / len(mine), statistics.median(times)) if mine else None
             try:
-                outcome = self.reducer.reduce(
-                    busy_s / len(mine) if mine else None, leaving, regroup
-                )
+                outcome = self.reducer.reduce(timing, leaving, regroup)
             except PeerFailure:
                 self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
                 raise
@@ -127,15 +141,20 @@ class Trainer:
             regroup=outcome.regroup,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
+        # the host's speed is that of its fastest worker: an emulated kind paces against it
+        host = [t for t in outcome.host_seconds_per_micro_batch if t is not None]
+        if host:
+            self.pacer.observe(min(host))
         self.step += 1
         self.samples_seen += record.global_batch_size
         return record
 
-    def _compute(self, micro_batches: range, num_micro_batches: int) -> float:
-        """Forward/backward of this worker's micro-batches; returns their (padded) seconds."""
+    def _compute(self, micro_batches: range, num_micro_batches: int) -> list[float]:
+        """Forward/backward of this worker's micro-batches, back to back; returns the seconds
+        each took."""
         self.reducer.begin(num_micro_batches)
         initial = [b.clone() for b in self.model.buffers()]
-        busy_s = 0.0
+        seconds = []
         for j in micro_batches:
             t0 = time.perf_counter()
             self._set_buffers(initial)  # every micro-batch starts from the step's buffers
@@ -144,9 +163,9 @@ class Trainer:
             loss = self.job.loss_fn(self.model, batch)
             loss.backward()
             self.reducer.add(j, float(loss.detach()))
-            busy_s += self.pacer.pad(time.perf_counter() - t0)
+            seconds.append(time.perf_counter() - t0)
         self._set_buffers(initial)  # a recomputation must start from the same buffers
-        return busy_s
+        return seconds
 
     def _set_buffers(self, values: list[torch.Tensor]) -> None:
         for b, v in zip(self.model.buffers(), values, strict=True):

@@ -29,7 +29,7 @@ from shoal.job import build_job, load_job_file, parse_options
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import AsyncCheckpointer, load_latest, save_checkpoint
 from shoal.runtime.membership import Group, PeerFailure, StoreMembership
-from shoal.runtime.pacing import Pacer
+from shoal.runtime.pacing import pacer_from_env
 from shoal.runtime.state import state_sha256, training_state
 from shoal.runtime.trainer import Trainer
 from shoal.runtime.transfer import sync_state
@@ -50,6 +50,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         help="passed to make_job (repeatable)",
     )
     p.add_argument("--replan-every", type=int, default=5, help="re-plan every N steps")
+    p.add_argument(
+        "--max-micro-batches",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N micro-batches per worker per step (e.g. a memory limit)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -182,8 +189,9 @@ def main(args: argparse.Namespace) -> int:
         1,
         args.consistency,
         device,
-        pacer=Pacer(float(os.environ.get("SHOAL_SLOWDOWN", "1"))),
+        pacer=pacer_from_env(),
         replan_every=args.replan_every,
+        max_micro_batches=args.max_micro_batches,
     )
     fingerprint = outputs.job_fingerprint(args.job, options, job, args.consistency, trainer.model)
     ckpt_url = args.checkpoint_dir or str(out / "checkpoints")

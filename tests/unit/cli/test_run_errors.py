@@ -31,6 +31,21 @@ def test_bad_job_options(capsys, tmp_path, extra, needle):
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("cap", ["0", "1"])  # 2 workers x 1 < M = 4 micro-batches
+def test_cap_that_cannot_hold_the_step(capsys, tmp_path, cap):
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100,k80", "--steps", "2", "--out", str(tmp_path),
+        "--max-micro-batches", cap,
+    )  # fmt: skip
+    assert code == 2 and "--max-micro-batches" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_emulation_yardstick(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("SHOAL_EMULATED_HOST_S", "-3")
+    code, err = run(capsys, DIGITS, "--workers", "v100,k80", "--steps", "2", "--out", str(tmp_path))
+    assert code == 2 and "SHOAL_EMULATED_HOST_S" in err and len(err.strip().splitlines()) == 1
+
+
 def test_unknown_device_kind(capsys, tmp_path):
     code, err = run(
         capsys, DIGITS, "--workers", "v100,tpu9", "--steps", "2", "--out", str(tmp_path)

@@ -2,20 +2,54 @@ import time
 
 import pytest
 
-from shoal.runtime.pacing import Pacer
+from shoal.errors import UserError
+from shoal.runtime.pacing import WINDOW, Pacer, pacer_from_env
 
 
-def test_pads_to_the_slowdown_times_the_best_compute_time():
+def test_pads_the_step_to_the_slowdown_times_the_median_compute_time():
     pacer = Pacer(3.0)
+    for s in (0.010, 0.011, 0.012):
+        pacer.observe(s)
     t0 = time.perf_counter()
-    assert pacer.pad(0.02) == pytest.approx(0.06)
-    assert time.perf_counter() - t0 >= 0.04
-    # a contended micro-batch is not amplified: its target stays 3 x the best time
-    assert pacer.pad(0.05) == pytest.approx(0.06)
-    assert pacer.pad(0.1) == pytest.approx(0.1)  # slower than the target: no sleep
+    assert pacer.pad(2, 0.022) == pytest.approx(3.0 * 2 * 0.011)
+    assert time.perf_counter() - t0 >= 0.066 - 0.022 - 0.002
+    # a hiccup is not amplified: the median moves by one sample at most
+    pacer.observe(0.5)
+    assert pacer.pad(1, 0.0) == pytest.approx(3.0 * 0.0115)
+    assert pacer.pad(1, 0.2) == pytest.approx(0.2)  # slower than the target: no sleep
+
+
+def test_a_fixed_yardstick_ignores_measurements():
+    pacer = Pacer(3.0, host_s=0.01)
+    assert pacer.pad(2, 0.0) == pytest.approx(0.06)  # no measurement needed
+    pacer.observe(0.5)
+    assert pacer.pad(2, 0.02) == pytest.approx(0.06)
+    with pytest.raises(ValueError):
+        Pacer(3.0, host_s=0.0)
+
+
+def test_bad_yardstick_in_the_environment_is_a_user_error(monkeypatch):
+    monkeypatch.setenv("SHOAL_EMULATED_HOST_S", "fast")
+    with pytest.raises(UserError, match="SHOAL_EMULATED_HOST_S"):
+        pacer_from_env()
+    monkeypatch.setenv("SHOAL_EMULATED_HOST_S", "0.004")
+    monkeypatch.setenv("SHOAL_SLOWDOWN", "3")
+    assert pacer_from_env() == Pacer(3.0, 0.004)
+
+
+def test_host_speed_follows_recent_micro_batches():
+    pacer = Pacer(2.0)
+    for _ in range(WINDOW):
+        pacer.observe(0.001)
+    for _ in range(WINDOW):
+        pacer.observe(0.002)  # the host got slower (e.g. another worker shares it now)
+    assert pacer.pad(1, 0.004) == pytest.approx(0.004)
 
 
 def test_fastest_kind_is_not_padded():
-    assert Pacer(1.0).pad(0.5) == 0.5
+    pacer = Pacer(1.0)
+    pacer.observe(0.1)
+    assert pacer.pad(4, 0.5) == 0.5
+    assert Pacer(3.0).pad(1, 0.5) == 0.5  # nothing observed yet: no estimate, no wait
     with pytest.raises(ValueError):
         Pacer(0.5)
