@@ -65,7 +65,7 @@ def ddp_worker(
         optimizer.zero_grad()
         # slot 0: this step's loss sum; slot 1 + r: rank r's seconds per micro-batch
         shared = torch.zeros(1 + world_size, dtype=torch.float64)
-        host_s = []  # this rank's micro-batches at host speed, without the all-reduce
+        compute_s = []  # this rank's micro-batches at host speed, without the all-reduce
         computed = time.perf_counter()
         for i, j in enumerate(range(rank * k, rank * k + k)):
             t0 = time.perf_counter()
@@ -78,8 +78,8 @@ def ddp_worker(
                 (loss / k).backward()  # DDP then averages over ranks: the mean over M
             shared[0] += float(loss.detach())
             if i < k - 1 or k == 1:
-                host_s.append(time.perf_counter() - t0)
-        shared[1 + rank] = statistics.median(host_s)  # as shoal's trainer measures it
+                compute_s.append(time.perf_counter() - t0)
+        shared[1 + rank] = statistics.median(compute_s)  # as shoal's trainer measures it
         # An emulated slower rank waits out its kind's time after its micro-batches, as
         # shoal's do. Its all-reduce ran inside that time, so DDP's appears free: a bias in
         # DDP's favour, while a rank that slept first would run its last micro-batch cold.

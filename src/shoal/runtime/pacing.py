@@ -2,17 +2,18 @@
 
 On a CPU host every worker computes at the host's speed. A worker emulating a kind that is
 `slowdown` times slower than the fastest kind in the run computes its micro-batches of a step
-back to back, then sleeps until they have taken `slowdown` times the host's time for them:
+back to back, then waits until they have taken `slowdown` times the host's time for them:
 
 - The host's time per micro-batch is what the group's fastest worker measured, unpadded, in
   each step (shared through the step's collective), as a median over recent steps. That is
   the pace of the fastest kind in the run, under the same sharing of the host's cores; a
   median ignores the hiccups of a shared machine, which padding would multiply.
 - A worker's own compute times are not the yardstick: a process that pauses between
-  micro-batches runs the next one 15-20 % slower on this kind of host (cold caches), so a
-  worker that computes one or two micro-batches a step would emulate a kind slower than the
-  catalog says. For the same reason the wait is taken once per step, after the micro-batches,
-  and its end is spun rather than slept (see `_wait`).
+  micro-batches runs the next one 15-20 % slower on a shared virtual machine (the conv net
+  here: 2.9 ms after a pause, 2.5 ms back to back), so a worker that computes one or two
+  micro-batches a step would emulate a kind slower than the catalog says. For the same
+  reason the wait is taken once per step, after the micro-batches, and its end is spun
+  rather than slept (see `_wait`).
 - Until a step has been measured there is no yardstick, and the worker runs at host speed.
 
 A benchmark that compares runs fixes the yardstick instead (`host_s`, or the environment
