@@ -21,6 +21,7 @@ from shoal.cluster import load_catalog
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
+from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
 from shoal.runtime.pacing import pacer_from_env
 
@@ -95,12 +96,12 @@ def check_run(spec: RunSpec) -> Speeds:
     if not spec.kinds:
         raise UserError("--workers names no worker")
     job = build_job(load_job_file(spec.job), parse_options(spec.options), spec.seed)
-    cap = spec.max_micro_batches
-    if cap is not None and (cap < 1 or cap * len(spec.kinds) < job.num_micro_batches):
-        raise UserError(
-            f"--max-micro-batches {cap}: {len(spec.kinds)} workers must be able to take "
-            f"the step's {job.num_micro_batches} micro-batches, and N must be >= 1"
-        )
+    if spec.max_micro_batches is not None:  # the planner's own check, before any worker starts
+        try:
+            caps = [spec.max_micro_batches] * len(spec.kinds)
+            plan_micro_batches(job.num_micro_batches, [1.0] * len(spec.kinds), caps)
+        except UserError as exc:
+            raise UserError(f"--max-micro-batches {spec.max_micro_batches}: {exc}") from None
     pacer_from_env()  # a bad SHOAL_EMULATED_HOST_S fails here, not in every worker
     out = prepare_out_dir(spec.out)
     ckpts = pathlib.Path(spec.checkpoint_dir or out / "checkpoints")
