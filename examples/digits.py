@@ -1,5 +1,9 @@
 """A small CNN with BatchNorm and Dropout on scikit-learn's digits (8x8 images, 10 classes).
 
+With `-o augment=True` every read of an image shifts it by up to a pixel at random: the
+draws are seeded by (seed, step, micro-batch), so the result stays bitwise the same on any
+workers.
+
 shoal run examples/digits.py --workers v100,k80,k80 --steps 30 --out runs/digits
 torchrun --nproc-per-node 2 -m shoal.worker examples/digits.py --steps 30 --out runs/t
 """
@@ -40,17 +44,32 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     return table[:, :-1], table[:, -1].astype(np.int64)
 
 
+class Shifted(torch.utils.data.Dataset):
+    """Images shifted by -1, 0 or +1 pixel along each axis, drawn at every read."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        dy, dx = torch.randint(-1, 2, (2,)).tolist()
+        return torch.roll(self.images[i], shifts=(dy, dx), dims=(1, 2)), self.labels[i]
+
+
 def loss_fn(model: nn.Module, batch) -> torch.Tensor:
     images, labels = batch
     return F.cross_entropy(model(images), labels)
 
 
 def make_job(
-    micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0, workload=None
+    micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0, workload=None, augment=False
 ) -> shoal.Job:
     x, y = load_digits()
     images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
-    dataset = torch.utils.data.TensorDataset(images, torch.tensor(y))
+    labels = torch.tensor(y)
+    dataset = Shifted(images, labels) if augment else torch.utils.data.TensorDataset(images, labels)
     return shoal.Job(
         model=make_model,
         optimizer=lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9),

@@ -76,3 +76,14 @@ def test_fast_mode_runs_and_tracks_exact_mode(single, tmp_path):
     fast = [r["loss"] for r in metrics(tmp_path)]
     exact = [r["loss"] for r in metrics(single[0])]
     assert fast[:5] == pytest.approx(exact[:5], rel=1e-4)
+
+
+def test_augmentation_draws_are_inside_the_invariant(single, tmp_path):
+    """Random shifts drawn while a micro-batch is read (ahead of its step, by whichever
+    worker computes it) leave the digest independent of the workers too."""
+    steps, augment = 12, ("-o", "augment=True")
+    one = shoal_run(tmp_path / "one", "v100", steps, *augment)
+    mixed = shoal_run(tmp_path / "mixed", "v100,k80,k80", steps, *augment)
+    assert mixed["state_sha256"] == one["state_sha256"]
+    augmented = [r["loss"] for r in metrics(tmp_path / "one")]
+    assert augmented != [r["loss"] for r in metrics(single[0])][:steps]  # the shifts took effect

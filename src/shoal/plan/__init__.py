@@ -1,6 +1,13 @@
 """Pure planning: who computes which micro-batch, and what each micro-batch reads (no torch)."""
 
 from shoal.plan.assign import Plan, makespan, plan_micro_batches
-from shoal.plan.order import DataOrder, micro_batch_seed
+from shoal.plan.order import DataOrder, data_seed, micro_batch_seed
 
-__all__ = ["DataOrder", "Plan", "makespan", "micro_batch_seed", "plan_micro_batches"]
+__all__ = [
+    "DataOrder",
+    "Plan",
+    "data_seed",
+    "makespan",
+    "micro_batch_seed",
+    "plan_micro_batches",
+]

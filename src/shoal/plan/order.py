@@ -6,8 +6,10 @@ permuted by a generator seeded with (seed, e). A step that starts at stream offs
 at positions offset + j*b .. offset + (j+1)*b - 1. Nothing depends on how many workers there
 are, which of them computes micro-batch j, or how often the job restarted.
 
-Random draws inside micro-batch j of step t (dropout, augmentation) come from generators seeded
-with `micro_batch_seed(seed, t, j)`.
+Random draws while micro-batch j of step t is read (augmentation in the dataset or the collate
+function) come from generators seeded with `data_seed(seed, t, j)`, and those in its forward and
+backward (dropout) from generators seeded with `micro_batch_seed(seed, t, j)`: a worker may
+read a micro-batch ahead of time, while the previous step's collective is in flight.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ def _mix(*parts: int) -> int:
 
 def micro_batch_seed(seed: int, step: int, micro_batch: int) -> int:
     return _mix(seed, step, micro_batch, 0x5EED)
+
+
+def data_seed(seed: int, step: int, micro_batch: int) -> int:
+    return _mix(seed, step, micro_batch, 0xDA7A)
 
 
 @dataclass
@@ -60,9 +66,11 @@ class DataOrder:
 
     def sample_ids(self, offset: int, micro_batch: int) -> list[int]:
         """Dataset indices read by micro-batch `micro_batch` of the step starting at `offset`."""
+        n = self.dataset_size
         start = offset + micro_batch * self.micro_batch_size
-        ids = []
-        for pos in range(start, start + self.micro_batch_size):
-            epoch, within = divmod(pos, self.dataset_size)
-            ids.append(int(self.permutation(epoch)[within]))
-        return ids
+        stop = start + self.micro_batch_size
+        parts = [
+            self.permutation(e)[max(start - e * n, 0) : min(stop - e * n, n)]
+            for e in range(start // n, (stop - 1) // n + 1)  # a micro-batch may span epochs
+        ]
+        return np.concatenate(parts).tolist()

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.job import build_job, load_job_file
-from shoal.plan import DataOrder, micro_batch_seed
+from shoal.plan import DataOrder, data_seed, micro_batch_seed
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256
 from shoal.runtime.trainer import seed_everything
@@ -70,6 +70,7 @@ def ddp_worker(
         for i, j in enumerate(range(rank * k, rank * k + k)):
             t0 = time.perf_counter()
             ids = order.sample_ids(step * job.global_batch_size, j)
+            seed_everything(data_seed(job.seed, step, j))
             batch = collate([job.dataset[s] for s in ids])
             seed_everything(micro_batch_seed(job.seed, step, j))
             sync = contextlib.nullcontext() if i == k - 1 else model.no_sync()

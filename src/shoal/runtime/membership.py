@@ -15,6 +15,7 @@ Each generation's process group lives under its own store prefix, so old and new
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -29,12 +30,20 @@ class PeerFailure(RuntimeError):
     """A collective failed because a member of the group died or vanished."""
 
 
+@contextlib.contextmanager
+def peer_failures():
+    """Turn a collective's error into PeerFailure: gloo and nccl report a dead or vanished peer
+    as a RuntimeError, raised where the collective is issued or where it is waited on."""
+    try:
+        yield
+    except RuntimeError as exc:
+        raise PeerFailure(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
+
+
 def collective(fn, *args, **kwargs) -> None:
     """Run a torch.distributed collective; a dead or vanished peer becomes PeerFailure."""
-    try:
+    with peer_failures():
         fn(*args, **kwargs)
-    except RuntimeError as exc:  # gloo/nccl report a dead or vanished peer this way
-        raise PeerFailure(str(exc).splitlines()[0] if str(exc) else repr(exc)) from exc
 
 
 @dataclass(frozen=True)

@@ -11,17 +11,19 @@ Everything a step must share is packed into one int64 tensor and summed:
   leaves after this step, whether the group must regroup) and the overflow flag of the exact
   sum.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
+While it is in flight the worker does the work that does not need its result (`overlap`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from shoal.runtime.exact import FixedPointAccumulator, flat_gradients
-from shoal.runtime.membership import collective
+from shoal.runtime.membership import collective, peer_failures
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -97,9 +99,12 @@ class StepReducer:
         timing: tuple[float, float] | None,
         leaving: bool = False,
         regroup: bool = False,
+        overlap: Callable[[], None] | None = None,
     ) -> StepOutcome:
         """`timing`: this worker's seconds per micro-batch at its kind's speed and at the
-        host's; None if it computed nothing."""
+        host's; None if it computed nothing. `overlap`: work that does not need the step's
+        result (the next step's micro-batches, the leader's bookkeeping), done while the
+        collective is in flight."""
         M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
         if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
             self._rebound()
@@ -113,10 +118,17 @@ class StepReducer:
         self.extra[nb + M + 2 * W + self.rank] = int(leaving)
         self.extra[-2] = int(regroup)
         self.extra[-1] = int(bool(self.fixed and self.fixed.overflow))
+        in_flight = []
         if W > 1:
-            if self.fixed is None:
-                collective(dist.all_reduce, self.flat_grad)
-            collective(dist.all_reduce, self.buf)
+            with peer_failures():
+                if self.fixed is None:
+                    in_flight.append(dist.all_reduce(self.flat_grad, async_op=True))
+                in_flight.append(dist.all_reduce(self.buf, async_op=True))
+        if overlap is not None:
+            overlap()  # outside peer_failures: its own errors are not a peer's
+        with peer_failures():
+            for work in in_flight:
+                work.wait()
         extra = self.extra.cpu()
         if int(extra[-1]) > 0:  # some micro-batch exceeded its predicted bound
             self.fixed.probe_next = True

@@ -1,11 +1,16 @@
 """One worker's training loop: the step, with its data, forward/backward, exact reduce and update.
 
 A step t runs M = B/b micro-batches. This worker computes the contiguous range the plan gives
-it; for each micro-batch j it restores the step's initial buffers, reads the samples the data
+it; for each micro-batch j it restores the step's initial buffers, takes the samples the data
 order assigns to (t, j), seeds every random generator with (seed, t, j), runs forward and
 backward, and folds the gradient into the step's exact sum. One collective then gives every
 worker the same mean gradient, buffers, losses and timings; every worker applies the same
 optimizer step and computes the same next plan.
+
+While the collective is in flight the worker reads the micro-batches it will most likely
+compute in the next step (its share under the current plan), so that reading costs nothing on
+a step's critical path. What a micro-batch reads, and the random draws of reading it, are pure
+functions of (seed, t, j), so reading early never changes a bit of the result.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +26,7 @@ import torch
 
 from shoal.control import Rebalancer, SpeedEstimator
 from shoal.job import Job
-from shoal.plan import DataOrder, Plan, micro_batch_seed
+from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.membership import PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepReducer
@@ -86,7 +91,9 @@ class Trainer:
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.collate = job.collate_fn or torch.utils.data.default_collate
         self.step, self.samples_seen = 0, 0
-        self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every read
+        # micro-batches read, by (step, stream offset, index): this step's and the next's
+        self._read: dict[tuple[int, int, int], tuple[list[int], object]] = {}
+        self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every use
         self.regroup(rank, world_size, prior_s)
 
     def regroup(self, rank: int, world_size: int, prior_s: Sequence[float] | None = None) -> None:
@@ -109,17 +116,32 @@ class Trainer:
             )
         return self.rebalancer.plan
 
-    def train_step(self, leaving: bool = False, regroup: bool = False) -> StepRecord:
+    def train_step(
+        self,
+        leaving: bool = False,
+        regroup: bool = False,
+        overlap: Callable[[], None] | None = None,
+    ) -> StepRecord:
+        """One optimizer step. `overlap`: the caller's work that does not need this step's
+        result, done while its collective is in flight."""
         start, plan = time.perf_counter(), self._plan()
         mine, redone = plan.indices(self.rank), 0
         bounds = self.reducer.state_dict()
+        following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
+
+        def meanwhile() -> None:
+            for j in mine:  # the next step's share, if the plan stays as it is
+                self._micro_batch(self.step + 1, following, j)
+            if overlap is not None:
+                overlap()
+
         while True:
             times = self._compute(mine, plan.num_micro_batches)
             busy_s = self.pacer.pad(len(mine), sum(times))  # an emulated slower kind waits
             # host speed: the median micro-batch, as a warm cache runs it (see pacing.py)
             timing = (busy_s / len(mine), statistics.median(times)) if mine else None
             try:
-                outcome = self.reducer.reduce(timing, leaving, regroup)
+                outcome = self.reducer.reduce(timing, leaving, regroup, meanwhile)
             except PeerFailure:
                 self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
                 raise
@@ -147,6 +169,7 @@ class Trainer:
             self.pacer.observe(min(host))
         self.step += 1
         self.samples_seen += record.global_batch_size
+        self._read = {key: v for key, v in self._read.items() if key[0] >= self.step}
         return record
 
     def _compute(self, micro_batches: range, num_micro_batches: int) -> list[float]:
@@ -158,7 +181,9 @@ class Trainer:
         for j in micro_batches:
             t0 = time.perf_counter()
             self._set_buffers(initial)  # every micro-batch starts from the step's buffers
-            batch = self._batch(j)
+            ids, batch = self._micro_batch(self.step, self.samples_seen, j)
+            if self.on_samples:
+                self.on_samples(self.step, j, ids)
             seed_everything(micro_batch_seed(self.job.seed, self.step, j))
             loss = self.job.loss_fn(self.model, batch)
             loss.backward()
@@ -171,8 +196,13 @@ class Trainer:
         for b, v in zip(self.model.buffers(), values, strict=True):
             b.copy_(v)
 
-    def _batch(self, micro_batch: int):
-        ids = self.order.sample_ids(self.samples_seen, micro_batch)
-        if self.on_samples:
-            self.on_samples(self.step, micro_batch, ids)
-        return to_device(self.collate([self.job.dataset[i] for i in ids]), self.device)
+    def _micro_batch(self, step: int, offset: int, j: int) -> tuple[list[int], object]:
+        """The sample ids and the batch of micro-batch j of the step at stream offset `offset`,
+        read once (augmentation draws from generators seeded with (seed, step, j))."""
+        key = (step, offset, j)
+        if key not in self._read:
+            ids = self.order.sample_ids(offset, j)
+            seed_everything(data_seed(self.job.seed, step, j))
+            batch = self.collate([self.job.dataset[i] for i in ids])
+            self._read[key] = ids, to_device(batch, self.device)
+        return self._read[key]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import os
 import shutil
 import signal
@@ -125,6 +126,23 @@ class Flags:
 
     leave: bool = False
     terminated: bool = False
+
+
+class RegroupPoll:
+    """The leader asks the controller whether to regroup (admit a newcomer) while a step's
+    collective is in flight, at most every POLL_S: a round trip to the controller, which may
+    sit across a slow link, never lengthens a step. The group acts on a yes one step later,
+    since the request itself travels in the next step's collective."""
+
+    POLL_S = 0.1
+
+    def __init__(self, membership) -> None:
+        self.membership, self.requested, self.asked_at = membership, False, -math.inf
+
+    def __call__(self) -> None:
+        if not self.requested and time.monotonic() - self.asked_at >= self.POLL_S:
+            self.requested = self.membership.regroup_requested()
+            self.asked_at = time.monotonic()
 
 
 def _note(worker_id: str, t0: float, text: str) -> None:
@@ -251,11 +269,11 @@ def main(args: argparse.Namespace) -> int:
             writer = outputs.StepLog(out, group, job, t0) if group.rank == 0 else None
             if writer and checkpointer is None:
                 checkpointer = AsyncCheckpointer(ckpt_url, fingerprint)
-            first = True
+            first, poll = True, RegroupPoll(membership) if group.rank == 0 else None
             while trainer.step < args.steps:
                 attempted = trainer.step
-                ask = group.rank == 0 and membership.regroup_requested()
-                rec = trainer.train_step(leaving=flags.leave, regroup=ask)
+                ask = poll is not None and poll.requested
+                rec = trainer.train_step(leaving=flags.leave, regroup=ask, overlap=poll)
                 attempted = -1
                 if writer:
                     writer.step(rec, trainer)

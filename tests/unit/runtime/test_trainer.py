@@ -1,0 +1,59 @@
+"""The trainer reads each micro-batch once, ahead of its step, as a pure function of
+(seed, step, index)."""
+
+import torch
+import torch.nn.functional as F
+
+import shoal
+from shoal.runtime.trainer import Trainer
+
+B, b = 16, 4
+
+
+class NoisyReads(torch.utils.data.Dataset):
+    """Each read adds fresh random noise (an augmentation) and is counted."""
+
+    def __init__(self, n: int = 40):
+        self.x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0))
+        self.y, self.reads = torch.arange(n) % 2, 0
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        self.reads += 1
+        return self.x[i] + torch.rand(3), self.y[i]
+
+
+def job(dataset: NoisyReads) -> shoal.Job:
+    return shoal.Job(
+        model=lambda: torch.nn.Linear(3, 2),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+        dataset=dataset,
+        loss_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
+        micro_batch_size=b,
+        global_batch_size=B,
+        seed=7,
+    )
+
+
+def test_each_micro_batch_is_read_once_the_next_step_during_the_collective():
+    data = NoisyReads()
+    trainer, overlaps = Trainer(job(data), 0, 1), []
+    for _ in range(3):  # step 0 in exact mode is computed twice (a probe first): read once
+        trainer.train_step(overlap=lambda: overlaps.append(trainer.step))
+    assert overlaps == [0, 1, 2]  # the caller's work ran once per step, inside it
+    assert data.reads == 4 * B  # steps 0-2, and step 3 read ahead during step 2's collective
+    assert {step for step, _, _ in trainer._read} == {3}  # what was used is let go
+
+
+def test_what_a_micro_batch_reads_ignores_when_and_after_what_it_is_read():
+    first, second = Trainer(job(NoisyReads()), 0, 1), Trainer(job(NoisyReads()), 0, 1)
+    ids, (x, y) = first._micro_batch(5, 3 * B, 2)
+    torch.rand(100)  # other draws, and other micro-batches read first, change nothing
+    for j in range(4):
+        second._micro_batch(4, 2 * B, j)
+    ids2, (x2, y2) = second._micro_batch(5, 3 * B, 2)
+    assert ids == ids2 and torch.equal(x, x2) and torch.equal(y, y2)
+    other_ids, (other, _) = first._micro_batch(6, 3 * B, 2)  # same samples, another step
+    assert other_ids == ids and not torch.equal(other, x)
