@@ -44,11 +44,14 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--job", choices=sorted(JOBS), default="conv")
-    p.add_argument("--global-batch-size", type=int, default=None, help="override B")
+    p.add_argument("--micro-batch-size", type=int, default=32, help="b")
+    p.add_argument("--global-batch-size", type=int, default=256, help="B")
     args = p.parse_args()
-    options = {"micro_batch_size": 32, "global_batch_size": 256, "workload": WORKLOAD}
-    if args.global_batch_size:
-        options["global_batch_size"] = args.global_batch_size
+    options = {
+        "micro_batch_size": args.micro_batch_size,
+        "global_batch_size": args.global_batch_size,
+        "workload": WORKLOAD,
+    }
     batch = options["global_batch_size"]
     half = batch // options["micro_batch_size"] // 2
     job, opts = str(JOBS[args.job]), as_options(options)
