@@ -1,6 +1,7 @@
 """Two workers, one emulated ~3x slower: shoal's plan vs DDP's equal split vs the ideal.
 
     python bench/hetero_throughput.py [--job conv|transformer] [--repeats 5]
+        [--micro-batch-size 32] [--global-batch-size 256]
 
 The slow worker is a K80 and the fast one a V100 under Gavel's measured "Transformer (batch
 size 32)" throughputs, a 3.03x ratio. Each repeat runs, in fresh interpreters:
