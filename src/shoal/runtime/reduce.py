@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -40,10 +41,6 @@ def from_bits(bits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if like.dtype == torch.bool:
         return bits.to(torch.bool).view(like.shape)
     return bits.to(_INT_OF_SIZE[like.element_size()]).view(like.dtype).view(like.shape)
-
-
-def _f64_bits(values: list[float]) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float64).view(torch.int64)
 
 
 @dataclass
@@ -109,15 +106,16 @@ class StepReducer:
         if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
             self._rebound()
             return StepOutcome(False, [], [], [], [], False)
-        if self.losses:
-            js = sorted(self.losses)
-            idx = torch.tensor(js, device=self.device) + nb
-            self.extra.index_copy_(0, idx, _f64_bits([self.losses[j] for j in js]).to(self.device))
+        # this worker's scalars, zero where others write: losses | times | leaving | flags
+        mine = np.zeros(M + 3 * W + 2, dtype=np.int64)
+        floats = mine.view(np.float64)  # float64 slots travel as their bits
+        for j, loss in self.losses.items():
+            floats[j] = loss
         if timing is not None:
-            self.extra[[nb + M + self.rank, nb + M + W + self.rank]] = _f64_bits(list(timing))
-        self.extra[nb + M + 2 * W + self.rank] = int(leaving)
-        self.extra[-2] = int(regroup)
-        self.extra[-1] = int(bool(self.fixed and self.fixed.overflow))
+            floats[M + self.rank], floats[M + W + self.rank] = timing
+        mine[M + 2 * W + self.rank] = leaving
+        mine[-2:] = regroup, bool(self.fixed and self.fixed.overflow)
+        self.extra[nb:].copy_(torch.from_numpy(mine))
         in_flight = []
         if W > 1:
             with peer_failures():
@@ -130,7 +128,8 @@ class StepReducer:
             for work in in_flight:
                 work.wait()
         extra = self.extra.cpu()
-        if int(extra[-1]) > 0:  # some micro-batch exceeded its predicted bound
+        summed = extra[nb:].numpy()
+        if summed[-1] > 0:  # some micro-batch exceeded its predicted bound
             self.fixed.probe_next = True
             return StepOutcome(False, [], [], [], [], False)
         self._write_buffers(extra[:nb])
@@ -138,11 +137,11 @@ class StepReducer:
             self.fixed.decode(self.buf[: self.fixed.numel])
         else:
             self.flat_grad /= M
-        losses = extra[nb : nb + M].view(torch.float64).tolist()
-        times = extra[nb + M : nb + M + 2 * W].view(torch.float64).tolist()
-        times = [t if t > 0 else None for t in times]
-        leavers = [r for r in range(W) if int(extra[nb + M + 2 * W + r]) > 0]
-        return StepOutcome(True, losses, times[:W], times[W:], leavers, int(extra[-2]) > 0)
+        floats = summed.view(np.float64)
+        times = [t if t > 0 else None for t in floats[M : M + 2 * W].tolist()]
+        leavers = [r for r in range(W) if summed[M + 2 * W + r] > 0]
+        regroup = bool(summed[-2] > 0)
+        return StepOutcome(True, floats[:M].tolist(), times[:W], times[W:], leavers, regroup)
 
     def _rebound(self) -> None:
         global_max = self.fixed.local_max.clone()
