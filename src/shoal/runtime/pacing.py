@@ -14,6 +14,9 @@ back to back, then waits until they have taken `slowdown` times the host's time 
   micro-batches a step would emulate a kind slower than the catalog says. For the same
   reason the wait is taken once per step, after the micro-batches, and its end is spun
   rather than slept (see `_wait`).
+- While it waits, the worker's host does what a real device's host does while the device
+  computes: it reads the micro-batches of its next step (the DDP baseline's slow rank, too,
+  reads inside its kind's time).
 - Until a step has been measured there is no yardstick, and the worker runs at host speed.
 
 A benchmark that compares runs fixes the yardstick instead (`host_s`, or the environment
@@ -28,6 +31,7 @@ import collections
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.errors import UserError
@@ -55,13 +59,24 @@ class Pacer:
         if self.slowdown != 1.0:
             self._recent.append(host_s)
 
-    def pad(self, num_micro_batches: int, elapsed_s: float) -> float:
+    def pad(
+        self,
+        num_micro_batches: int,
+        elapsed_s: float,
+        meanwhile: Callable[[], None] | None = None,
+    ) -> float:
         """Sleep until `num_micro_batches` micro-batches, computed in `elapsed_s`, have taken
-        this kind's time for them; return that time."""
+        this kind's time for them; return that time. `meanwhile` is host work that a real
+        device's host would do while the device computes (reading the next micro-batches):
+        it runs first, inside that time."""
         if self.slowdown == 1.0 or not (self.host_s or self._recent):
             return elapsed_s
         host_s = self.host_s or statistics.median(self._recent)
         target = self.slowdown * num_micro_batches * host_s
+        if meanwhile is not None:
+            started = time.perf_counter()
+            meanwhile()
+            elapsed_s += time.perf_counter() - started
         if target > elapsed_s:
             _wait(target - elapsed_s)
         return max(elapsed_s, target)

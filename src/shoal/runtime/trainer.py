@@ -129,15 +129,19 @@ class Trainer:
         bounds = self.reducer.state_dict()
         following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
 
-        def meanwhile() -> None:
+        def read_ahead() -> None:
             for j in mine:  # the next step's share, if the plan stays as it is
                 self._micro_batch(self.step + 1, following, j)
+
+        def meanwhile() -> None:
+            read_ahead()  # done already if an emulated kind read ahead while it waited
             if overlap is not None:
                 overlap()
 
         while True:
             times = self._compute(mine, plan.num_micro_batches)
-            busy_s = self.pacer.pad(len(mine), sum(times))  # an emulated slower kind waits
+            # an emulated slower kind waits out its device time, reading ahead meanwhile
+            busy_s = self.pacer.pad(len(mine), sum(times), read_ahead)
             # host speed: the median micro-batch, as a warm cache runs it (see pacing.py)
             timing = (busy_s / len(mine), statistics.median(times)) if mine else None
             try:

@@ -53,3 +53,18 @@ def test_fastest_kind_is_not_padded():
     assert Pacer(3.0).pad(1, 0.5) == 0.5  # nothing observed yet: no estimate, no wait
     with pytest.raises(ValueError):
         Pacer(0.5)
+
+
+def test_host_work_runs_inside_the_emulated_time():
+    done = []
+
+    def read_ahead():
+        time.sleep(0.03)
+        done.append(1)
+
+    t0 = time.perf_counter()
+    assert Pacer(3.0, host_s=0.02).pad(1, 0.0, read_ahead) == pytest.approx(0.06)
+    assert done and time.perf_counter() - t0 < 0.075  # 0.06, not 0.06 + 0.03
+    # longer than the kind's time: the step takes as long as the host work
+    assert Pacer(3.0, host_s=0.001).pad(1, 0.0, read_ahead) >= 0.03
+    assert Pacer(1.0).pad(1, 0.0, read_ahead) == 0.0 and len(done) == 2  # no kind, no wait
