@@ -7,9 +7,9 @@ backward, and folds the gradient into the step's exact sum. One collective then 
 worker the same mean gradient, buffers, losses and timings; every worker applies the same
 optimizer step and computes the same next plan.
 
-While the collective is in flight the worker reads the micro-batches it will most likely
-compute in the next step (its share under the current plan), so that reading costs nothing on
-a step's critical path. What a micro-batch reads, and the random draws of reading it, are pure
+While the collective is in flight (an emulated slower kind: while it waits out its device
+time) the worker reads the micro-batches it will most likely compute in the next step (its
+share under the current plan), so that reading stays off the step's critical path. What a micro-batch reads, and the random draws of reading it, are pure
 functions of (seed, t, j), so reading early never changes a bit of the result.
 """
 
