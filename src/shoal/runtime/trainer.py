@@ -9,8 +9,9 @@ optimizer step and computes the same next plan.
 
 While the collective is in flight (an emulated slower kind: while it waits out its device
 time) the worker reads the micro-batches it will most likely compute in the next step (its
-share under the current plan), so that reading stays off the step's critical path. What a micro-batch reads, and the random draws of reading it, are pure
-functions of (seed, t, j), so reading early never changes a bit of the result.
+share under the current plan), so that reading stays off the step's critical path. What a
+micro-batch reads, and the random draws of reading it, are pure functions of (seed, t, j), so
+reading early never changes a bit of the result.
 """
 
 from __future__ import annotations
