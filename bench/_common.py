@@ -95,13 +95,8 @@ def ddp_step_times(
 
 
 def _spawn_ddp(args: str) -> None:
-    world, job, options, steps, out, slowdowns, host_s = json.loads(args)
-    mp.spawn(
-        ddp_worker,
-        args=(world, free_port(), job, options, steps, out, slowdowns, host_s),
-        nprocs=world,
-        join=True,
-    )
+    world, *rest = json.loads(args)  # ddp_worker's arguments after the rank and the port
+    mp.spawn(ddp_worker, args=(world, free_port(), *rest), nprocs=world, join=True)
 
 
 def as_options(options: dict) -> list[str]:

@@ -140,8 +140,8 @@ class StepReducer:
         floats = summed.view(np.float64)
         times = [t if t > 0 else None for t in floats[M : M + 2 * W].tolist()]
         leavers = [r for r in range(W) if summed[M + 2 * W + r] > 0]
-        regroup = bool(summed[-2] > 0)
-        return StepOutcome(True, floats[:M].tolist(), times[:W], times[W:], leavers, regroup)
+        regrouping = bool(summed[-2] > 0)  # anyone's request, not just this worker's
+        return StepOutcome(True, floats[:M].tolist(), times[:W], times[W:], leavers, regrouping)
 
     def _rebound(self) -> None:
         global_max = self.fixed.local_max.clone()
