@@ -12,11 +12,11 @@ pytestmark = pytest.mark.dist
 STEPS = 50
 
 
-def run_ddp(tmp_path, world_size):
-    out = tmp_path / f"ddp{world_size}.json"
+def run_ddp(tmp_path, world_size, steps=STEPS, slowdowns=None, host_s=None):
+    out = tmp_path / f"ddp{world_size}-{slowdowns}.json"
     mp.spawn(
         ddp_worker,
-        args=(world_size, free_port(), DIGITS, {}, STEPS, str(out)),
+        args=(world_size, free_port(), DIGITS, {}, steps, str(out), slowdowns, host_s),
         nprocs=world_size,
         join=True,
     )
@@ -34,3 +34,16 @@ def test_losses_agree_with_ddp_and_ddp_is_not_layout_invariant(tmp_path):
     # the same job on DDP at two world sizes does not end in the same bits
     assert ddp4["state_sha256"] != ddp2["state_sha256"]
     assert ddp2["losses"] == pytest.approx(ddp4["losses"], rel=1e-4)
+
+
+def test_an_emulated_slow_rank_holds_back_ddps_all_reduce(tmp_path):
+    # rank 1 emulates a kind 3x slower than 20 ms per micro-batch: its 2 micro-batches take
+    # 120 ms, and rank 0 (which computes in a few ms) can only finish its step once rank 1's
+    # gradients reach the network; the pacing changes no number
+    host_s, steps = 0.02, 4
+    paced = run_ddp(tmp_path, 2, steps, slowdowns=[1.0, 3.0], host_s=host_s)
+    plain = run_ddp(tmp_path, 2, steps)
+    assert min(paced["step_times_s"]) >= 0.8 * 3.0 * 2 * host_s
+    assert max(plain["step_times_s"][1:]) < 3.0 * 2 * host_s / 2
+    assert paced["losses"] == plain["losses"]
+    assert paced["state_sha256"] == plain["state_sha256"]

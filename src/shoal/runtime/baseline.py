@@ -3,7 +3,14 @@
 Rank r of W computes micro-batches r*k .. r*k+k-1 (k = M/W, DDP's equal split), accumulating
 under `no_sync()` and letting DDP all-reduce on the last one, each micro-batch reading the
 same samples and seeded the same way as in shoal. Used by the DDP-agreement test and by the
-benchmarks; an optional slowdown pads a rank's micro-batches like an emulated device.
+benchmarks. The loop is a plain DDP loop: nothing but DDP's own all-reduce crosses ranks
+during a step (the losses are summed across ranks once, after the last step).
+
+An optional slowdown makes a rank an emulated slower device, paced like shoal's emulated
+workers (see pacing.py) against a fixed host time per micro-batch: the rank computes its
+micro-batches back to back, and DDP's last gradient bucket goes to the network only once the
+kind's time for them has passed, as a real slower device's would. (Waiting after the
+backward instead would let DDP's all-reduce run inside the wait, for free.)
 """
 
 from __future__ import annotations
@@ -12,12 +19,12 @@ import contextlib
 import datetime
 import json
 import os
-import statistics
 import time
 import warnings
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
 from shoal.job import build_job, load_job_file
@@ -50,25 +57,35 @@ def ddp_worker(
     if m % world_size:
         raise ValueError(f"DDP's equal split needs M={m} divisible by {world_size}")
     k = m // world_size
-    pacer = Pacer(slowdowns[rank] if slowdowns else 1.0, host_s)  # as shoal's workers pace
+    if slowdowns and host_s is None:
+        raise ValueError("an emulated slowdown needs host_s, the host's time per micro-batch")
+    pacer = Pacer(slowdowns[rank] if slowdowns else 1.0, host_s)
     seed_everything(micro_batch_seed(job.seed, -1, 0))
     with warnings.catch_warnings():  # the flag is being renamed; its meaning is unchanged
         warnings.simplefilter("ignore", FutureWarning)
         model = DistributedDataParallel(job.model().train(), broadcast_buffers=True)
+    computing_since = 0.0  # this step's, on this rank
+
+    def paced_allreduce(group, bucket):
+        """DDP's own all-reduce, the last bucket held back until the emulated device has
+        finished the step's micro-batches (earlier buckets overlap its backward, as on a
+        real device)."""
+        if bucket.is_last():
+            pacer.pad(k, time.perf_counter() - computing_since)
+        return allreduce_hook(group, bucket)
+
+    if pacer.slowdown != 1.0:
+        model.register_comm_hook(None, paced_allreduce)
     optimizer = job.optimizer(model.parameters())
     scheduler = job.lr_scheduler(optimizer) if job.lr_scheduler else None
     order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
     collate = job.collate_fn or torch.utils.data.default_collate
-    losses, step_times = [], []
+    loss_sums = torch.zeros(steps, dtype=torch.float64)  # this rank's, per step
+    step_times = []
     for step in range(steps):
-        start = time.perf_counter()
+        start = computing_since = time.perf_counter()
         optimizer.zero_grad()
-        # slot 0: this step's loss sum; slot 1 + r: rank r's seconds per micro-batch
-        shared = torch.zeros(1 + world_size, dtype=torch.float64)
-        compute_s = []  # this rank's micro-batches at host speed, without the all-reduce
-        computed = time.perf_counter()
         for i, j in enumerate(range(rank * k, rank * k + k)):
-            t0 = time.perf_counter()
             ids = order.sample_ids(step * job.global_batch_size, j)
             seed_everything(data_seed(job.seed, step, j))
             batch = collate([job.dataset[s] for s in ids])
@@ -77,21 +94,13 @@ def ddp_worker(
             with sync:
                 loss = job.loss_fn(model, batch)
                 (loss / k).backward()  # DDP then averages over ranks: the mean over M
-            shared[0] += float(loss.detach())
-            if i < k - 1 or k == 1:
-                compute_s.append(time.perf_counter() - t0)
-        shared[1 + rank] = statistics.median(compute_s)  # as shoal's trainer measures it
-        # An emulated slower rank waits out its kind's time after its micro-batches, as
-        # shoal's do. Its all-reduce ran inside that time, so DDP's appears free: a bias in
-        # DDP's favour, while a rank that slept first would run its last micro-batch cold.
-        pacer.pad(k, time.perf_counter() - computed)
+            loss_sums[step] += float(loss.detach())
         optimizer.step()
         if scheduler:
             scheduler.step()
-        dist.all_reduce(shared)  # bookkeeping, 8 bytes a rank; shoal's rides its collective
         step_times.append(time.perf_counter() - start)
-        losses.append(float(shared[0]) / m)
-        pacer.observe(float(shared[1:].min()))  # paced, like shoal, by the fastest rank
+    dist.all_reduce(loss_sums)
+    losses = (loss_sums / m).tolist()
     digest = state_sha256(model.module, optimizer)
     if rank == 0:
         with open(out_json, "w") as f:
