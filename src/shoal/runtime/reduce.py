@@ -76,7 +76,7 @@ class StepReducer:
             extra = self.num_buffer_bits + num_micro_batches + 3 * self.world_size + 2
             self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints:]
-        self.buf.zero_()
+        self.extra.zero_()  # the gradient's part is the accumulator's to reset
         self.losses: dict[int, float] = {}
         if self.fixed:
             self.fixed.begin(num_micro_batches, self.buf[: self.fixed.numel])
