@@ -12,6 +12,8 @@ size 32)" throughputs, a 3.03x ratio. Each repeat runs, in fresh interpreters:
 4. shoal held to the equal split (`--max-micro-batches M/2`): the plan's own gain, with the
    engine unchanged.
 
+The ratios are the median of each repeat's own ratio (every repeat's is printed too).
+
 Fixing the K80's speed from run 1 keeps it the same in every run: paced against each run's
 own V100, it would be slower wherever the two processes contend more for the host's cores
 (an equal split computes on both at once). The ideal is the sum of the two workers' speeds:
@@ -71,16 +73,21 @@ def main() -> None:
     keys = ("v100_alone", "shoal_plan", "ddp_equal_split", "shoal_equal_split")
     runs = {k: [] for k in keys}
     detail = []
-    for _ in range(args.repeats):  # interleaved, so drift on the host hits all alike
+    for r in range(args.repeats):  # interleaved, so drift on the host hits all alike
         alone = shoal_run_rows(job, ["v100"], args.steps, opts)
         host_s = per_worker_s(alone)[0]
-        plan = shoal_run_rows(job, ["v100", "k80"], args.steps, opts, host_s=host_s)
-        equal = shoal_run_rows(job, ["v100", "k80"], args.steps, opts, host_s=host_s, cap=half)
-        ddp = ddp_step_times(job, 2, args.steps, dict(options), [1.0, ratio], host_s)
         runs["v100_alone"].append(throughput(alone))
-        runs["shoal_plan"].append(throughput(plan))
-        runs["shoal_equal_split"].append(throughput(equal))
-        runs["ddp_equal_split"].append(batch / steady(ddp, args.warmup))
+        sides = list(keys[1:])
+        for side in sides[r % 3 :] + sides[: r % 3]:  # in a rotating order
+            if side == "ddp_equal_split":
+                ddp = ddp_step_times(job, 2, args.steps, dict(options), [1.0, ratio], host_s)
+                runs[side].append(batch / steady(ddp, args.warmup))
+                continue
+            cap = half if side == "shoal_equal_split" else None
+            rows = shoal_run_rows(job, ["v100", "k80"], args.steps, opts, host_s=host_s, cap=cap)
+            runs[side].append(throughput(rows))
+            if cap is None:
+                plan = rows
         detail.append(
             {
                 "host_s_per_micro_batch": host_s,
@@ -88,8 +95,16 @@ def main() -> None:
                 "plan_s_per_micro_batch": per_worker_s(plan),
             }
         )
-    med = {k: statistics.median(v) for k, v in runs.items()}
-    ideal = med["v100_alone"] * (1 + 1 / ratio)
+    ideal = [v * (1 + 1 / ratio) for v in runs["v100_alone"]]
+    # a ratio per repeat, between runs minutes apart at most: the host's drift over the whole
+    # benchmark moves the sides' medians more than it moves these
+    per_repeat = {
+        "shoal_over_ddp": [a / b for a, b in zip(runs["shoal_plan"], runs["ddp_equal_split"])],
+        "shoal_over_own_equal_split": [
+            a / b for a, b in zip(runs["shoal_plan"], runs["shoal_equal_split"])
+        ],
+        "shoal_over_ideal": [a / b for a, b in zip(runs["shoal_plan"], ideal)],
+    }
     print(
         json.dumps(
             {
@@ -98,13 +113,12 @@ def main() -> None:
                 "slowdown": ratio,
                 "machine": machine(),
                 "repeats": args.repeats,
-                "samples_per_s_median": med,
+                "samples_per_s_median": {k: statistics.median(v) for k, v in runs.items()},
                 "samples_per_s_runs": runs,
                 "runs": detail,
-                "ideal_samples_per_s": ideal,
-                "shoal_over_ddp": med["shoal_plan"] / med["ddp_equal_split"],
-                "shoal_over_own_equal_split": med["shoal_plan"] / med["shoal_equal_split"],
-                "shoal_over_ideal": med["shoal_plan"] / ideal,
+                "ideal_samples_per_s": statistics.median(ideal),
+                **{k: statistics.median(v) for k, v in per_repeat.items()},
+                "per_repeat": per_repeat,
             }
         )
     )

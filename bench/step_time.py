@@ -1,14 +1,17 @@
 """Step time of shoal exact vs shoal fast vs torch DDP, 2 equal workers, same job and data.
 
-    python bench/step_time.py [--steps 40] [--repeats 3]
+    python bench/step_time.py [--steps 40] [--repeats 3] [--job conv|transformer]
+        [--micro-batch-size b --global-batch-size B]
 
-Prints one JSON object per job with median steady-state step times and the ratios to DDP.
+Prints one JSON object per job: median steady-state step times, and the ratios to DDP as the
+median of each repeat's own ratio (with every repeat's, to show the spread).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 from _common import JOBS, as_options, ddp_step_times, machine, shoal_step_times, steady
 
@@ -23,18 +26,36 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (default: both)")
+    p.add_argument("--micro-batch-size", type=int, help="b, instead of the job's default")
+    p.add_argument("--global-batch-size", type=int, help="B, instead of the job's default")
     args = p.parse_args()
-    for name, options in CONFIGS.items():
+    for name, defaults in CONFIGS.items():
+        if args.job not in (None, name):
+            continue
+        options = dict(defaults)
+        if args.micro_batch_size:
+            options["micro_batch_size"] = args.micro_batch_size
+        if args.global_batch_size:
+            options["global_batch_size"] = args.global_batch_size
         job = str(JOBS[name])
-        best = {"exact": [], "fast": [], "ddp": []}
-        for _ in range(args.repeats):  # interleaved, so drift hits all three alike
-            for mode in ("exact", "fast"):
-                times = shoal_step_times(
-                    job, ["v100", "v100"], args.steps, as_options(options), mode
-                )
-                best[mode].append(steady(times, args.warmup))
-            best["ddp"].append(steady(ddp_step_times(job, 2, args.steps, options), args.warmup))
-        med = {k: sorted(v)[len(v) // 2] for k, v in best.items()}
+        runs = {"exact": [], "fast": [], "ddp": []}
+        for r in range(args.repeats):  # interleaved, in a rotating order: drift hits all alike
+            sides = list(runs)[r % 3 :] + list(runs)[: r % 3]
+            for side in sides:
+                if side == "ddp":
+                    times = ddp_step_times(job, 2, args.steps, options)
+                else:
+                    times = shoal_step_times(
+                        job, ["v100", "v100"], args.steps, as_options(options), side
+                    )
+                runs[side].append(steady(times, args.warmup))
+        # a ratio per repeat, between runs taken minutes apart at most: the host's drift
+        # over a whole benchmark moves the sides' medians more than it moves these
+        ratios = {
+            f"{mode}_over_ddp": [a / d for a, d in zip(runs[mode], runs["ddp"], strict=True)]
+            for mode in ("exact", "fast")
+        }
         print(
             json.dumps(
                 {
@@ -42,9 +63,10 @@ def main() -> None:
                     "options": options,
                     "workers": 2,
                     "machine": machine(),
-                    "step_time_s": med,
-                    "exact_over_ddp": med["exact"] / med["ddp"],
-                    "fast_over_ddp": med["fast"] / med["ddp"],
+                    "repeats": args.repeats,
+                    "step_time_s": {k: statistics.median(v) for k, v in runs.items()},
+                    **{k: statistics.median(v) for k, v in ratios.items()},
+                    "per_repeat": ratios,
                 }
             )
         )
