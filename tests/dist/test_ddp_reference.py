@@ -1,6 +1,7 @@
 """shoal against torch DDP: the same losses up to rounding; DDP's own result depends on layout."""
 
 import json
+import statistics
 
 import pytest
 import torch.multiprocessing as mp
@@ -44,6 +45,6 @@ def test_an_emulated_slow_rank_holds_back_ddps_all_reduce(tmp_path):
     paced = run_ddp(tmp_path, 2, steps, slowdowns=[1.0, 3.0], host_s=host_s)
     plain = run_ddp(tmp_path, 2, steps)
     assert min(paced["step_times_s"]) >= 0.8 * 3.0 * 2 * host_s
-    assert max(plain["step_times_s"][1:]) < 3.0 * 2 * host_s / 2
+    assert statistics.median(plain["step_times_s"]) < 3.0 * 2 * host_s / 2
     assert paced["losses"] == plain["losses"]
     assert paced["state_sha256"] == plain["state_sha256"]
