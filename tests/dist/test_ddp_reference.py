@@ -44,7 +44,8 @@ def test_an_emulated_slow_rank_holds_back_ddps_all_reduce(tmp_path):
     host_s, steps = 0.02, 4
     paced = run_ddp(tmp_path, 2, steps, slowdowns=[1.0, 3.0], host_s=host_s)
     plain = run_ddp(tmp_path, 2, steps)
-    assert min(paced["step_times_s"]) >= 0.8 * 3.0 * 2 * host_s
+    # (from step 1: the ranks start step 0 apart, each having built its optimizer alone)
+    assert min(paced["step_times_s"][1:]) >= 0.8 * 3.0 * 2 * host_s
     assert statistics.median(plain["step_times_s"]) < 3.0 * 2 * host_s / 2
     assert paced["losses"] == plain["losses"]
     assert paced["state_sha256"] == plain["state_sha256"]
