@@ -86,7 +86,7 @@ def main() -> None:
             cap = half if side == "shoal_equal_split" else None
             rows = shoal_run_rows(job, ["v100", "k80"], args.steps, opts, host_s=host_s, cap=cap)
             runs[side].append(throughput(rows))
-            if cap is None:
+            if side == "shoal_plan":
                 plan = rows
         detail.append(
             {

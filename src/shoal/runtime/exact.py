@@ -74,7 +74,7 @@ class FixedPointAccumulator:
         self.acc = acc
         self.acc.zero_()
         self.flat_grad.zero_()
-        self.overflow, self._folded = False, 0
+        self.overflow, self._summing = False, False
         # every worker takes the same branch: the bounds and the flag are the same everywhere
         self.probing = self.bound_exp is None or self.probe_next
         self.probe_next = False
@@ -98,11 +98,11 @@ class FixedPointAccumulator:
             low, high = torch.aminmax(q)
             if not bool((high <= self.limit) & (low >= -self.limit)):  # NaN fails the test
                 self.overflow = True
-            elif self._folded:
+            elif self._summing:
                 self.acc += self._ints.copy_(q)
             else:  # the pass's first micro-batch: its integers are the sum so far
                 self.acc.copy_(q)
-            self._folded += 1
+            self._summing = True
         g.zero_()
 
     # -- after the collective ----------------------------------------------------------------

@@ -52,6 +52,11 @@ class StepOutcome:
     leaving: list[int]  # ranks that leave the group after this step
     regroup: bool  # the group must re-form after this step (someone joins)
 
+    @classmethod
+    def redo(cls) -> StepOutcome:
+        """The step's sum is not usable yet: recompute it (with agreed or exact bounds)."""
+        return cls(False, [], [], [], [], False)
+
 
 class StepReducer:
     """Accumulates this worker's micro-batches and reduces a step across the group."""
@@ -105,7 +110,7 @@ class StepReducer:
         M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
         if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
             self._rebound()
-            return StepOutcome(False, [], [], [], [], False)
+            return StepOutcome.redo()
         # this worker's scalars, zero where others write: losses | times | leaving | flags
         mine = np.zeros(M + 3 * W + 2, dtype=np.int64)
         floats = mine.view(np.float64)  # float64 slots travel as their bits
@@ -131,7 +136,7 @@ class StepReducer:
         summed = extra[nb:].numpy()
         if summed[-1] > 0:  # some micro-batch exceeded its predicted bound
             self.fixed.probe_next = True
-            return StepOutcome(False, [], [], [], [], False)
+            return StepOutcome.redo()
         self._write_buffers(extra[:nb])
         if self.fixed:
             self.fixed.decode(self.buf[: self.fixed.numel])
