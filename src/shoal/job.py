@@ -22,7 +22,7 @@ from shoal.errors import UserError
 class Job:
     model: Callable[[], Any]  # () -> torch.nn.Module
     optimizer: Callable[[Any], Any]  # parameters -> torch.optim.Optimizer
-    dataset: Any  # map-style: __len__ and __getitem__
+    dataset: Any  # map-style: __len__ and __getitem__ (read in batches if it has __getitems__)
     loss_fn: Callable[[Any, Any], Any]  # (model, batch) -> scalar loss tensor
     micro_batch_size: int
     global_batch_size: int

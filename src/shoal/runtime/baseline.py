@@ -31,7 +31,7 @@ from shoal.job import build_job, load_job_file
 from shoal.plan import DataOrder, data_seed, micro_batch_seed
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256
-from shoal.runtime.trainer import seed_everything
+from shoal.runtime.trainer import batch_reader, seed_everything
 
 
 def ddp_worker(
@@ -79,7 +79,7 @@ def ddp_worker(
     optimizer = job.optimizer(model.parameters())
     scheduler = job.lr_scheduler(optimizer) if job.lr_scheduler else None
     order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
-    collate = job.collate_fn or torch.utils.data.default_collate
+    read = batch_reader(job.dataset, job.collate_fn)
     loss_sums = torch.zeros(steps, dtype=torch.float64)  # this rank's, per step
     step_times = []
     for step in range(steps):
@@ -88,7 +88,7 @@ def ddp_worker(
         for i, j in enumerate(range(rank * k, rank * k + k)):
             ids = order.sample_ids(step * job.global_batch_size, j)
             seed_everything(data_seed(job.seed, step, j))
-            batch = collate([job.dataset[s] for s in ids])
+            batch = read(ids)
             seed_everything(micro_batch_seed(job.seed, step, j))
             sync = contextlib.nullcontext() if i == k - 1 else model.no_sync()
             with sync:

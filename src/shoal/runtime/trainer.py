@@ -53,6 +53,25 @@ def to_device(batch, device: torch.device):
     return batch
 
 
+def batch_reader(dataset, collate_fn: Callable[[list], object] | None = None):
+    """`read(ids) -> batch`: the samples `ids` of `dataset`, collated, as torch's DataLoader
+    reads a batch: through the dataset's `__getitems__` where it has one, else sample by
+    sample. A TensorDataset under the default collate is indexed once per tensor instead:
+    the same values (the rows, stacked) in about a sixth of the time."""
+    if type(dataset) is torch.utils.data.TensorDataset and collate_fn is None:
+
+        def read_rows(ids: list[int]) -> list[torch.Tensor]:
+            index = torch.tensor(ids)
+            return [t[index] for t in dataset.tensors]  # default_collate gives a list, too
+
+        return read_rows
+    collate = collate_fn or torch.utils.data.default_collate
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is not None:
+        return lambda ids: collate(getitems(ids))
+    return lambda ids: collate([dataset[i] for i in ids])
+
+
 @dataclass
 class StepRecord:
     step: int
@@ -90,7 +109,7 @@ class Trainer:
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         self.reducer = None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
-        self.collate = job.collate_fn or torch.utils.data.default_collate
+        self.read_samples = batch_reader(job.dataset, job.collate_fn)
         self.step, self.samples_seen = 0, 0
         # micro-batches read, by (step, stream offset, index): this step's and the next's
         self._read: dict[tuple[int, int, int], tuple[list[int], object]] = {}
@@ -208,6 +227,6 @@ class Trainer:
         if key not in self._read:
             ids = self.order.sample_ids(offset, j)
             seed_everything(data_seed(self.job.seed, step, j))
-            batch = self.collate([self.job.dataset[i] for i in ids])
+            batch = self.read_samples(ids)
             self._read[key] = ids, to_device(batch, self.device)
         return self._read[key]

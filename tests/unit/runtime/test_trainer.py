@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 import shoal
-from shoal.runtime.trainer import Trainer
+from shoal.runtime.trainer import Trainer, batch_reader
 
 B, b = 16, 4
 
@@ -57,3 +57,36 @@ def test_what_a_micro_batch_reads_ignores_when_and_after_what_it_is_read():
     assert ids == ids2 and torch.equal(x, x2) and torch.equal(y, y2)
     other_ids, (other, _) = first._micro_batch(6, 3 * B, 2)  # same samples, another step
     assert other_ids == ids and not torch.equal(other, x)
+
+
+class Batched(NoisyReads):
+    """A dataset that reads a whole batch at once, as DataLoader's `__getitems__` allows."""
+
+    def __init__(self):
+        super().__init__()
+        self.batched_reads = []
+
+    def __getitems__(self, ids: list[int]):
+        self.batched_reads.append(list(ids))
+        return [(self.x[i], self.y[i]) for i in ids]
+
+
+def test_a_tensor_dataset_reads_the_same_batch_as_collating_its_samples():
+    x = torch.randn(20, 2, 3, dtype=torch.float64)
+    y = torch.arange(20)
+    data = torch.utils.data.TensorDataset(x, y)
+    ids = [7, 3, 3, 19, 0]
+    fast = batch_reader(data)(ids)
+    slow = torch.utils.data.default_collate([data[i] for i in ids])
+    assert type(fast) is type(slow) is list and len(fast) == len(slow) == 2
+    for a, s in zip(fast, slow, strict=True):
+        assert a.dtype == s.dtype and a.stride() == s.stride() and torch.equal(a, s)
+
+
+def test_a_reader_honours_getitems_and_a_custom_collate():
+    data = Batched()
+    x, y = batch_reader(data)([4, 1, 2])
+    assert data.batched_reads == [[4, 1, 2]] and data.reads == 0
+    assert torch.equal(x, data.x[[4, 1, 2]]) and torch.equal(y, data.y[[4, 1, 2]])
+    tensors = torch.utils.data.TensorDataset(torch.arange(6.0))
+    assert batch_reader(tensors, lambda samples: len(samples))([0, 5]) == 2  # not the fast path
