@@ -64,6 +64,19 @@ def shoal_run_rows(
     return [r for r in rows if r.get("kind") == "step"]
 
 
+def rotation(sides: list[str], repeat: int) -> list[str]:
+    """The sides in the order repeat `repeat` runs them: each repeat starts one side later, so
+    no side always runs first (on a cold host) or last."""
+    shift = repeat % len(sides)
+    return sides[shift:] + sides[:shift]
+
+
+def per_repeat(numerators: list[float], denominators: list[float]) -> list[float]:
+    """Each repeat's own ratio. Its two runs are minutes apart at most, so the host's drift
+    over a whole benchmark, which moves the sides' medians, moves these much less."""
+    return [a / b for a, b in zip(numerators, denominators, strict=True)]
+
+
 def step_periods(rows: list[dict]) -> list[float]:
     """Seconds from one step's record to the next: everything a step costs, bookkeeping
     between steps included, as DDP's steps are timed from start to start."""

@@ -31,6 +31,8 @@ from _common import (
     as_options,
     ddp_step_times,
     machine,
+    per_repeat,
+    rotation,
     shoal_run_rows,
     steady,
     step_periods,
@@ -77,8 +79,7 @@ def main() -> None:
         alone = shoal_run_rows(job, ["v100"], args.steps, opts)
         host_s = per_worker_s(alone)[0]
         runs["v100_alone"].append(throughput(alone))
-        sides = list(keys[1:])
-        for side in sides[r % 3 :] + sides[: r % 3]:  # in a rotating order
+        for side in rotation(list(keys[1:]), r):
             if side == "ddp_equal_split":
                 ddp = ddp_step_times(job, 2, args.steps, dict(options), [1.0, ratio], host_s)
                 runs[side].append(batch / steady(ddp, args.warmup))
@@ -96,14 +97,10 @@ def main() -> None:
             }
         )
     ideal = [v * (1 + 1 / ratio) for v in runs["v100_alone"]]
-    # a ratio per repeat, between runs minutes apart at most: the host's drift over the whole
-    # benchmark moves the sides' medians more than it moves these
-    per_repeat = {
-        "shoal_over_ddp": [a / b for a, b in zip(runs["shoal_plan"], runs["ddp_equal_split"])],
-        "shoal_over_own_equal_split": [
-            a / b for a, b in zip(runs["shoal_plan"], runs["shoal_equal_split"])
-        ],
-        "shoal_over_ideal": [a / b for a, b in zip(runs["shoal_plan"], ideal)],
+    per_repeat_ratios = {
+        "shoal_over_ddp": per_repeat(runs["shoal_plan"], runs["ddp_equal_split"]),
+        "shoal_over_own_equal_split": per_repeat(runs["shoal_plan"], runs["shoal_equal_split"]),
+        "shoal_over_ideal": per_repeat(runs["shoal_plan"], ideal),
     }
     print(
         json.dumps(
@@ -117,8 +114,8 @@ def main() -> None:
                 "samples_per_s_runs": runs,
                 "runs": detail,
                 "ideal_samples_per_s": statistics.median(ideal),
-                **{k: statistics.median(v) for k, v in per_repeat.items()},
-                "per_repeat": per_repeat,
+                **{k: statistics.median(v) for k, v in per_repeat_ratios.items()},
+                "per_repeat": per_repeat_ratios,
             }
         )
     )

@@ -13,7 +13,16 @@ import argparse
 import json
 import statistics
 
-from _common import JOBS, as_options, ddp_step_times, machine, shoal_step_times, steady
+from _common import (
+    JOBS,
+    as_options,
+    ddp_step_times,
+    machine,
+    per_repeat,
+    rotation,
+    shoal_step_times,
+    steady,
+)
 
 CONFIGS = {
     "conv": {"micro_batch_size": 32, "global_batch_size": 256},
@@ -40,9 +49,8 @@ def main() -> None:
             options["global_batch_size"] = args.global_batch_size
         job = str(JOBS[name])
         runs = {"exact": [], "fast": [], "ddp": []}
-        for r in range(args.repeats):  # interleaved, in a rotating order: drift hits all alike
-            sides = list(runs)[r % 3 :] + list(runs)[: r % 3]
-            for side in sides:
+        for r in range(args.repeats):  # interleaved, so drift on the host hits all alike
+            for side in rotation(list(runs), r):
                 if side == "ddp":
                     times = ddp_step_times(job, 2, args.steps, options)
                 else:
@@ -50,11 +58,8 @@ def main() -> None:
                         job, ["v100", "v100"], args.steps, as_options(options), side
                     )
                 runs[side].append(steady(times, args.warmup))
-        # a ratio per repeat, between runs taken minutes apart at most: the host's drift
-        # over a whole benchmark moves the sides' medians more than it moves these
         ratios = {
-            f"{mode}_over_ddp": [a / d for a, d in zip(runs[mode], runs["ddp"], strict=True)]
-            for mode in ("exact", "fast")
+            f"{mode}_over_ddp": per_repeat(runs[mode], runs["ddp"]) for mode in ("exact", "fast")
         }
         print(
             json.dumps(

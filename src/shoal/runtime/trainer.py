@@ -53,7 +53,9 @@ def to_device(batch, device: torch.device):
     return batch
 
 
-def batch_reader(dataset, collate_fn: Callable[[list], object] | None = None):
+def batch_reader(
+    dataset, collate_fn: Callable[[list], object] | None = None
+) -> Callable[[list[int]], object]:
     """`read(ids) -> batch`: the samples `ids` of `dataset`, collated, as torch's DataLoader
     reads a batch: through the dataset's `__getitems__` where it has one, else sample by
     sample. A TensorDataset under the default collate is indexed once per tensor instead:
