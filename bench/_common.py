@@ -13,9 +13,9 @@ import tempfile
 
 import torch
 import torch.multiprocessing as mp
+from ddp_yardstick import ddp_worker
 
-from shoal.launcher.local import free_port
-from shoal.runtime.baseline import ddp_worker
+from shoal.launcher.spec import free_port
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JOBS = {

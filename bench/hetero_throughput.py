@@ -38,7 +38,7 @@ from _common import (
     step_periods,
 )
 
-from shoal.cluster import load_catalog
+from shoal.perf.catalog import load_catalog
 
 WORKLOAD = "Transformer (batch size 32)"
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/schedule_ckpt.py [--ratios 0,0.25,0.5,0.75,1] [--rounds 6] ...
 
-Memory: every ratio is measured by `shoal.schedule.autotune.run_trial` in a fresh process (the
+Memory: every ratio is measured by `shoal.tune.run_trial` in a fresh process (the
 library GPT schedule with `ckpt_ratio`, no tensor parallelism, SGD training steps), so the peak
 is that process's own. `peak_rss_mb` is `getrusage(RUSAGE_SELF).ru_maxrss` after the steps;
 `train_rss_mb` is the part a training step adds (peak minus the resident size between steps,
@@ -30,8 +30,8 @@ import time
 import torch
 
 from shoal.models import get_model_entry
-from shoal.schedule.autotune import TrialSpec, run_trial
 from shoal.schedule.model_schedule import apply_schedule
+from shoal.tune import TrialSpec, run_trial
 
 
 def step_times(cfg: dict, ratios: list[float], batch: int, seq: int, rounds: int) -> dict:

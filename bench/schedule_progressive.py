@@ -7,7 +7,7 @@ Four stages, each adding one schedule feature to the previous: vanilla (no sched
 (2 gloo processes). Every process runs one torch thread: on a 2-core machine that other jobs
 also load, two OpenMP threads in one process mostly wait for each other, which would measure the
 machine's load rather than the schedule. As in Slapo's ablation, each stage runs at the largest
-micro-batch size that fits: `shoal.schedule.autotune.tune` measures every candidate batch size
+micro-batch size that fits: `shoal.tune.tune` measures every candidate batch size
 in a fresh process (candidates above a size that broke the cap are skipped), and the stage
 reports the largest one whose peak resident memory per process stays under the cap. Throughput
 is given twice: wall-clock samples/s (what a user gets, but moved by other processes on a shared
@@ -26,7 +26,7 @@ import platform
 import optuna
 import torch
 
-from shoal.schedule.autotune import SearchSpace, TrialSpec, tune
+from shoal.tune import SearchSpace, TrialSpec, tune
 
 STAGES = [  # (label, fusion, ckpt_ratio, world_size)
     ("vanilla", False, 0.0, 1),

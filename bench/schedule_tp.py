@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from shoal.schedule.autotune import TrialSpec, run_trial
+from shoal.tune import TrialSpec, run_trial
 
 NUMERICS = {
     "gpt2": {"n_layer": 4, "n_embd": 256, "n_head": 8, "vocab_size": 1024, "block_size": 128},

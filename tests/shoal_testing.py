@@ -36,6 +36,6 @@ def metrics(out: pathlib.Path) -> list[dict]:
 
 
 def free_port() -> int:
-    from shoal.launcher.local import free_port as fp
+    from shoal.launcher.spec import free_port as fp
 
     return fp()

@@ -18,7 +18,7 @@ def launch(make_job, argv: list[str] | None = None) -> int:
     import sys
 
     import __main__
-    from shoal.worker import cli
+    from shoal.launcher.torchrun import cli
 
     argv = list(sys.argv[1:] if argv is None else argv)
     job_path = getattr(__main__, "__file__", None)

@@ -1,29 +1,9 @@
-"""`python -m shoal.worker JOB.py --steps N --out DIR`: one worker; what torchrun launches."""
+"""`python -m shoal.worker JOB.py --steps N --out DIR`: the worker entry torchrun launches.
 
-from __future__ import annotations
-
-import argparse
-import os
-import sys
-
-
-def cli(argv: list[str] | None = None) -> int:
-    from shoal.runtime.worker import add_run_arguments, main
-
-    parser = argparse.ArgumentParser(prog="python -m shoal.worker")
-    add_run_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return main(args)
-    except ValueError as exc:
-        sys.stderr.write(f"shoal: error: {exc}\n")
-        return 2
-
+The public name of `shoal.launcher.torchrun`; kept here so the command stays short.
+"""
 
 if __name__ == "__main__":
-    code = cli()
-    # Every output is written and closed by now. Interpreter shutdown can block for many
-    # seconds in torch.distributed teardown, which would delay the controller's next decision.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from shoal.launcher.torchrun import run_as_script
+
+    run_as_script()

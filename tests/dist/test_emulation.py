@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from shoal.cluster import load_catalog
+from shoal.perf.catalog import load_catalog
 from shoal_testing import metrics, shoal_run
 
 pytestmark = pytest.mark.dist

@@ -36,9 +36,9 @@ def _steady_samples_per_s(steps, warmup: int = 5) -> float:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from shoal.cluster import load_catalog
     from shoal.errors import UserError
-    from shoal.launcher.local import RunSpec, run_local
+    from shoal.launcher.spec import RunSpec, run_local
+    from shoal.perf.catalog import load_catalog
     from shoal.report.load import load_run
 
     if not DIGITS.is_file():

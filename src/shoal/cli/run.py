@@ -6,7 +6,7 @@ import argparse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from shoal.runtime.worker import add_launcher_arguments
+    from shoal.runtime.loop import add_launcher_arguments
 
     p = sub.add_parser("run", help="train a job file on local workers of emulated device kinds")
     add_launcher_arguments(p)
@@ -14,10 +14,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from shoal.cluster import load_catalog
     from shoal.errors import UserError
     from shoal.launcher.events import parse_events
-    from shoal.launcher.local import RunSpec, run_local
+    from shoal.launcher.spec import RunSpec, run_local
+    from shoal.perf.catalog import load_catalog
 
     if args.resume and args.out and args.out != args.resume:
         raise UserError("--resume DIR continues the run in DIR: drop --out or make it DIR")

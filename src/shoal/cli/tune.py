@@ -1,7 +1,7 @@
 """`shoal tune`: search schedule knobs for the fastest configuration under a memory cap.
 
 Argument parsing, input validation and printing only; the search is
-`shoal.schedule.autotune.tune`, which measures every configuration in its own subprocess.
+`shoal.tune.tune`, which measures every configuration in its own subprocess.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _tune(args: argparse.Namespace) -> int:
     import optuna
 
     from shoal.models import get_model_entry
-    from shoal.schedule.autotune import SearchSpace, TrialSpec, run_trial, tune
+    from shoal.tune import SearchSpace, TrialSpec, run_trial, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is printed below
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shoal.cluster.kinds import load_kinds
 from shoal.errors import UserError
+from shoal.perf.kinds import load_kinds
 
 PRESETS = {
     # Pollux's simulator: 16 nodes x 4 T4 (its traces were measured there)

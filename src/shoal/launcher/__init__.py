@@ -1,4 +1,5 @@
-"""Launchers: the local multi-process launcher with emulated device kinds.
+"""Launching workers: the run spec and its checks, the process supervisor of `shoal run`
+(emulated device kinds, injected events) and the torchrun entry.
 
 (Named `launcher` so that `shoal.launch`, the function job files call, stays a function.)
 """

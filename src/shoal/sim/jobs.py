@@ -1,7 +1,7 @@
 """Jobs: what a trace says about a job (`JobSpec`) and what the simulator tracks (`JobRun`).
 
 A job has an arrival time, an application (its measured profile), a requested number of GPUs, a
-batch size, an amount of work (progress in M0-iterations, see `shoal.cluster.profiles`) and is
+batch size, an amount of work (progress in M0-iterations, see `shoal.perf.profiles`) and is
 either elastic (may run on any number of GPUs, shrinks on revocation) or a gang (runs on exactly
 its requested GPUs or not at all; a revocation restarts it from its last checkpoint).
 `JobRun` keeps progress lazily: between events a job advances at a constant rate, starting at

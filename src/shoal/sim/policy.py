@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shoal.cluster.goodput import Counts
+from shoal.perf.goodput import Counts
 from shoal.sim.jobs import JobRun
 
 

@@ -18,12 +18,12 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from shoal.cluster.goodput import goodput_model
-from shoal.cluster.kinds import load_kinds
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.nodes import ClusterSpec
 from shoal.cluster.revocation import NoRevocations, RevocationModel
 from shoal.errors import UserError
+from shoal.perf.goodput import goodput_model
+from shoal.perf.kinds import load_kinds
 from shoal.sim.jobs import JobRun, JobSpec
 from shoal.sim.policy import ClusterView, Decision, Node, Policy, counts_of
 

@@ -20,9 +20,9 @@ import statistics
 from dataclasses import dataclass
 from importlib import resources
 
-from shoal.cluster.catalog import load_catalog
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.revocation import RevocationModel, load_gce_lifetimes
+from shoal.perf.catalog import load_catalog
 
 TOTAL_STEPS = 64000
 PS_PRICE_USD_PER_HOUR = 0.143  # 4-vCPU parameter server, on-demand (paper Table I)

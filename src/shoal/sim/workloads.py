@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from shoal.cluster.goodput import gain, goodput_model
-from shoal.cluster.kinds import load_kinds
-from shoal.cluster.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.errors import UserError
+from shoal.perf.goodput import gain, goodput_model
+from shoal.perf.kinds import load_kinds
+from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.sim.jobs import JobSpec
 
 # EasyScale's applications mapped onto the measured profile of the closest model we have.

@@ -2,11 +2,11 @@
 
 import pytest
 
-from shoal.cluster.goodput import efficiency, goodput_model, integer_split_speed
-from shoal.cluster.kinds import load_kinds
 from shoal.cluster.nodes import parse_cluster
-from shoal.cluster.profiles import load_profile
 from shoal.errors import UserError
+from shoal.perf.goodput import efficiency, goodput_model, integer_split_speed
+from shoal.perf.kinds import load_kinds
+from shoal.perf.profiles import load_profile
 
 
 def test_step_time_reproduces_measured_points():

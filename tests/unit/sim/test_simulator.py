@@ -5,9 +5,9 @@ import random
 
 import pytest
 
-from shoal.cluster.goodput import goodput_model
 from shoal.cluster.nodes import parse_cluster
-from shoal.cluster.profiles import load_profile
+from shoal.perf.goodput import goodput_model
+from shoal.perf.profiles import load_profile
 from shoal.sim.jobs import JobSpec
 from shoal.sim.policies import POLICIES, make_policy
 from shoal.sim.policy import Decision
@@ -152,7 +152,7 @@ def test_no_revocations_model_never_revokes():
 
 
 def test_results_do_not_depend_on_what_ran_before():
-    from shoal.cluster import goodput
+    from shoal.perf import goodput
 
     jobs = load_workload("pollux:5")[:40]
 

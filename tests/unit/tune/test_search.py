@@ -2,7 +2,7 @@
 
 import pytest
 
-from shoal.schedule.autotune import SearchSpace, TrialOutcome, TrialSpec, tune
+from shoal.tune import SearchSpace, TrialOutcome, TrialSpec, tune
 
 CAP = 1000.0
 

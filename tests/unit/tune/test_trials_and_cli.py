@@ -5,7 +5,7 @@ import json
 import pytest
 
 from shoal.cli import main
-from shoal.schedule.autotune import TrialSpec, run_trial
+from shoal.tune import TrialSpec, run_trial
 
 TINY = {"n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 64, "block_size": 16}
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shoal.cluster.goodput import goodput_model
-from shoal.cluster.kinds import load_kinds
+from shoal.perf.goodput import goodput_model
+from shoal.perf.kinds import load_kinds
 from shoal.sim.jobs import JobRun
 from shoal.sim.policy import ClusterView, Decision
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shoal.cluster.goodput import goodput_model
+from shoal.perf.goodput import goodput_model
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import grow, kinds_by_speed, place_gang
 from shoal.sim.policy import ClusterView, Decision

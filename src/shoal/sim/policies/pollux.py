@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shoal.cluster.goodput import goodput_model
-from shoal.cluster.profiles import PROFILE_KIND
+from shoal.perf.goodput import goodput_model
+from shoal.perf.profiles import PROFILE_KIND
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import retune
 from shoal.sim.policies.fill import waterfill

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shoal.cluster.goodput import goodput_model
-from shoal.cluster.kinds import load_kinds
+from shoal.perf.goodput import goodput_model
+from shoal.perf.kinds import load_kinds
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import gpus_per_node, place_gang, retune
 from shoal.sim.policies.fill import waterfill

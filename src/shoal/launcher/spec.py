@@ -17,10 +17,10 @@ import pathlib
 import socket
 from dataclasses import dataclass, field
 
-from shoal.cluster import load_catalog
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
+from shoal.perf.catalog import load_catalog
 from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
 from shoal.runtime.pacing import pacer_from_env
@@ -123,7 +123,7 @@ def check_run(spec: RunSpec) -> Speeds:
 
 
 def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
-    from shoal.launcher.controller import Controller
+    from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
     out = pathlib.Path(spec.out)

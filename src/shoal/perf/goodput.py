@@ -4,7 +4,7 @@ Speed. A job runs one synchronous step at a time on a placement: a count of GPUs
 `num_nodes` nodes. Its global batch M is split across GPUs in proportion to their speed, so a
 placement is worth `K_eff = sum(count_k * speed_k)` T4-equivalent GPUs and each takes a local
 batch of `M / K_eff` T4-samples per step; the step time is the measured profile's at the placement's
-node and GPU counts and that local batch (`shoal.cluster.profiles`). A job whose work is divided
+node and GPU counts and that local batch (`shoal.perf.profiles`). A job whose work is divided
 into a fixed number P of indivisible units (EasyScale's threads) can only give each GPU a whole
 number of units; then `K_eff = P / max_i(units_i / speed_i)` under the best integer split.
 A local batch larger than the GPU's measured memory bound is run as gradient accumulation.
@@ -22,8 +22,8 @@ import heapq
 import math
 from dataclasses import dataclass, field
 
-from shoal.cluster.kinds import KindTable, load_kinds
-from shoal.cluster.profiles import AppProfile, load_profile
+from shoal.perf.kinds import KindTable, load_kinds
+from shoal.perf.profiles import AppProfile, load_profile
 
 Counts = tuple[tuple[str, int], ...]  # sorted (kind, gpus) pairs with gpus > 0
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.schedule.autotune.runner import TrialOutcome, run_trial
-from shoal.schedule.autotune.trial import TrialSpec
+from shoal.tune.runner import TrialOutcome, run_trial
+from shoal.tune.trial import TrialSpec
 
 MeasureFn = Callable[[TrialSpec, float], TrialOutcome]
 

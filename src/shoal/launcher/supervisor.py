@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from shoal.console import Progress
 from shoal.errors import RunFailed, UserError
-from shoal.launcher.local import RunSpec, Speeds
+from shoal.launcher.spec import RunSpec, Speeds
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-from shoal.cluster.catalog import load_catalog
-from shoal.cluster.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.errors import UserError
+from shoal.perf.catalog import load_catalog
+from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 
 TIERS = ("on_demand", "spot")
 

@@ -6,9 +6,9 @@ process, and `search` drives Optuna over the knob space. `shoal tune` (`shoal.cl
 command-line front end.
 """
 
-from shoal.schedule.autotune.runner import TrialOutcome, run_trial
-from shoal.schedule.autotune.search import SearchSpace, TrialRecord, TuneResult, tune
-from shoal.schedule.autotune.trial import TrialSpec
+from shoal.tune.runner import TrialOutcome, run_trial
+from shoal.tune.search import SearchSpace, TrialRecord, TuneResult, tune
+from shoal.tune.trial import TrialSpec
 
 __all__ = [
     "SearchSpace",

@@ -1,6 +1,6 @@
 """Parent side of a trial: run one `TrialSpec` in a fresh subprocess and classify the outcome.
 
-This module owns the process boundary: it launches `python -m shoal.schedule.autotune.trial`,
+This module owns the process boundary: it launches `python -m shoal.tune.trial`,
 enforces a wall-clock timeout and (on Linux) a per-process memory cap by polling the resident set
 size of the trial's process tree, and turns the child's exit into a `TrialOutcome` with a status:
 `ok`, `over_cap` (killed or measured above the cap), `oom` (the allocator or the kernel gave up),
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from shoal.schedule.autotune.trial import RESULT_PREFIX, TrialSpec
+from shoal.tune.trial import RESULT_PREFIX, TrialSpec
 
 _OOM_MARKERS = ("out of memory", "OutOfMemoryError", "can't allocate memory", "std::bad_alloc")
 
@@ -81,9 +81,9 @@ def run_trial(
     env = dict(os.environ)
     if track_live_memory and spec.device == "cpu":
         env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
-    src = str(Path(__file__).resolve().parents[3])  # .../src, so the child imports this shoal
+    src = str(Path(__file__).resolve().parents[2])  # .../src, so the child imports this shoal
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "shoal.schedule.autotune.trial", spec.to_json()]
+    cmd = [sys.executable, "-m", "shoal.tune.trial", spec.to_json()]
     # Files rather than pipes: a chatty trial must not block on a full pipe while we poll.
     out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
