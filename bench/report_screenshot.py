@@ -3,8 +3,9 @@
     .venv/bin/python bench/report_screenshot.py [DIR] [--out PNG] [--chromium PATH]
 
 With no DIR, a synthetic elastic run (a failure, two joins, a graceful leave) is written to a
-temporary directory first. The JSON line gives the paths and how long rendering and the
-screenshot took, so a slow report shows up in the benchmark history.
+temporary directory first, by the report tests' fixture (tests/unit/report/synthetic_run.py).
+The JSON line gives the paths and how long rendering and the screenshot took, so a slow report
+shows up in the benchmark history.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from pathlib import Path
 from shoal.errors import UserError
 from shoal.report import write_report
 from shoal.report.screenshot import screenshot
-from shoal.report.synthetic import write_synthetic_run
+
+# the synthetic run is a test fixture, not library code: load it from the report tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from unit.report.synthetic_run import write_synthetic_run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

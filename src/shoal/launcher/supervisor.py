@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from shoal.console import Progress
 from shoal.errors import RunFailed, UserError
 from shoal.launcher.spec import RunSpec, Speeds
+from shoal.metrics import MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line
 
@@ -87,18 +88,15 @@ class Controller:
 
     def event(self, name: str, w: Worker, detail: str = "", step: int | None = None) -> None:
         """Log a membership change; `step` is the steps completed when it took effect."""
-        append_line(
-            self.metrics,
-            {
-                "kind": "membership",
-                "event": name,
-                "worker": w.id,
-                "device": w.kind,
-                "step": self.steps_done if step is None else step,
-                "wall_time_s": time.time() - self.t0,
-                "detail": detail,
-            },
+        event = MembershipEvent(
+            event=name,
+            worker=w.id,
+            device=w.kind,
+            step=self.steps_done if step is None else step,
+            wall_time_s=time.time() - self.t0,
+            detail=detail,
         )
+        append_line(self.metrics, event)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -136,12 +134,12 @@ class Controller:
             chunk = f.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written waits
         self._read_upto += len(complete)
-        for line in complete.decode().splitlines():
-            rec = json.loads(line)
-            if rec.get("kind") == "step" and rec["step"] + 1 > self.steps_done:
-                self.steps_done = rec["step"] + 1
+        for line in complete.decode().split("\n"):
+            rec = parse_line(line, str(self.metrics))
+            if isinstance(rec, StepLine) and rec.step + 1 > self.steps_done:
+                self.steps_done = rec.step + 1
                 if self.progress:
-                    self.progress.update(self.steps_done, rec["loss"], rec["samples_per_s"])
+                    self.progress.update(self.steps_done, rec.loss, rec.samples_per_s)
 
     def fire_events(self) -> None:
         now, elapsed = time.monotonic(), time.time() - self.t0

@@ -1,9 +1,9 @@
 """Run reports: `metrics.jsonl` and `result.json` of a run directory -> plots and an HTML page.
 
-Pure Python plus matplotlib (imported lazily, Agg renderer); no torch. `load` parses and
-validates the files, `timeline` and `summary` derive what the page shows, `plots` draws the
-PNGs, `page` writes the HTML and `build.write_report` ties them together for `shoal report`.
-`synthetic` writes a made-up run directory for tests and demos.
+Pure Python plus matplotlib (imported lazily, Agg renderer); no torch. `load` reads the files
+through the schema in `shoal.metrics`, `timeline` and `summary` derive what the page shows,
+`plots` draws the PNGs, `page` writes the HTML and `build.write_report` ties them together for
+`shoal report`.
 """
 
 from shoal.report.build import write_report

@@ -20,6 +20,7 @@ from shoal.report.timeline import Timeline, worker_order
 # kind -> (marker, colour, legend label). Colours are chosen apart from the worker palette.
 EVENT_STYLE: dict[str, tuple[str, str, str]] = {
     "join": ("^", "#1b9e77", "join"),
+    "notice": ("v", "#e7298a", "notice"),
     "leave": ("s", "#e6ab02", "leave (graceful)"),
     "fail": ("X", "#d62728", "failure (abrupt)"),
     "recover": ("o", "#3366cc", "recovery"),

@@ -129,7 +129,8 @@ def build_timeline(run: Run) -> Timeline:
     lanes = []
     for worker in worker_order(run):
         mine = [p for p in events if p.event.worker == worker and p.time_s is not None]
-        changes = [p for p in mine if p.event.event != "recover"]
+        # a notice or a recovery changes no membership
+        changes = [p for p in mine if p.event.event not in ("recover", "notice")]
         since: float | None = None
         if worker in initial or (changes and changes[0].event.event != "join"):
             since = start

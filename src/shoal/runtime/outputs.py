@@ -1,10 +1,10 @@
 """What a run writes: `metrics.jsonl`, `result.json`, the job fingerprint and the spool location.
 
-`metrics.jsonl` has one JSON object per line. Step lines (`"kind": "step"`) are written by
-rank 0 of the current group; membership lines (`"kind": "membership"`) by the launcher
-(join, leave, fail) and by rank 0 after a regroup (recover, with the recovery time and the
-steps of work lost). Lines are appended with single writes, so the two writers never tear a
-line; a step recomputed after a failure is logged once.
+The records and their fields belong to `shoal.metrics`; this module writes them. Step lines are
+written by rank 0 of the current group; membership lines by the launcher (join, leave, fail) and
+by rank 0 after a regroup (recover, with the recovery time and the steps of work lost). Lines
+are appended with single writes, so the two writers never tear a line; a step recomputed after
+a failure is logged once.
 """
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ import time
 from typing import Any
 
 from shoal.errors import UserError
+from shoal.metrics import (
+    METRICS_FILE,
+    RESULT_FILE,
+    MembershipEvent,
+    RunResult,
+    StepLine,
+    WorkerShare,
+    read_metrics,
+)
 
 
 def prepare_out_dir(out_dir: str | pathlib.Path) -> pathlib.Path:
@@ -33,25 +42,22 @@ def prepare_out_dir(out_dir: str | pathlib.Path) -> pathlib.Path:
     return out
 
 
-def append_line(path: pathlib.Path, record: dict[str, Any]) -> None:
+def append_line(path: pathlib.Path, record: StepLine | MembershipEvent | dict[str, Any]) -> None:
+    """Append one record as one line, in a single write (concurrent appenders never interleave)."""
+    obj = record if isinstance(record, dict) else record.to_json()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
+        os.write(fd, (json.dumps(obj) + "\n").encode())
     finally:
         os.close(fd)
 
 
 def last_logged_step(path: pathlib.Path) -> int:
+    """The last step in a metrics file (-1: none), so that a resumed run logs each step once."""
     if not path.exists():
         return -1
-    last = -1
-    for line in path.read_text().splitlines():
-        if '"kind": "step"' in line:
-            try:
-                last = max(last, json.loads(line)["step"])
-            except (ValueError, KeyError):
-                continue
-    return last
+    steps = [r.step for r in read_metrics(path) if isinstance(r, StepLine)]
+    return max(steps, default=-1)
 
 
 def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
@@ -89,7 +95,7 @@ class StepLog:
     """Rank 0's view of the run: step lines and recovery events."""
 
     def __init__(self, out: pathlib.Path, group, job, t0: float):
-        self.path = out / "metrics.jsonl"
+        self.path = out / METRICS_FILE
         self.group, self.job, self.t0 = group, job, t0  # t0: the run's start (wall clock)
         self.logged = last_logged_step(self.path)
 
@@ -98,65 +104,52 @@ class StepLog:
             return  # recomputed after a failure: already logged, and bitwise the same
         self.logged = rec.step
         g = self.group
-        append_line(
-            self.path,
-            {
-                "kind": "step",
-                "step": rec.step,
-                "loss": rec.loss,
-                "global_batch_size": rec.global_batch_size,
-                "micro_batch_size": self.job.micro_batch_size,
-                "step_time_s": rec.step_time_s,
-                "samples_per_s": rec.global_batch_size / rec.step_time_s,
-                "wall_time_s": time.time() - self.t0,
-                "redone": rec.redone,
-                "generation": g.generation,
-                "workers": [
-                    {
-                        "id": g.ids[r],
-                        "rank": r,
-                        "device": g.kinds[r],
-                        "micro_batches": n,
-                        "micro_batch_time_s": t,
-                    }
-                    for r, (n, t) in enumerate(
-                        zip(rec.micro_batches, rec.seconds_per_micro_batch, strict=True)
-                    )
-                ],
-            },
+        shares = zip(rec.micro_batches, rec.seconds_per_micro_batch, strict=True)
+        line = StepLine(
+            step=rec.step,
+            loss=rec.loss,
+            global_batch_size=rec.global_batch_size,
+            micro_batch_size=self.job.micro_batch_size,
+            step_time_s=rec.step_time_s,
+            samples_per_s=rec.global_batch_size / rec.step_time_s,
+            wall_time_s=time.time() - self.t0,
+            redone=rec.redone,
+            generation=g.generation,
+            workers=tuple(
+                WorkerShare(g.ids[r], r, g.kinds[r], n, t) for r, (n, t) in enumerate(shares)
+            ),
         )
+        append_line(self.path, line)
 
     def recovered(self, group, ended_at: float, lost: int, source: str) -> None:
-        append_line(
-            self.path,
-            {
-                "kind": "membership",
-                "event": "recover",
-                "worker": group.ids[0],
-                "device": group.kinds[0],
-                "step": self.logged,
-                "wall_time_s": time.time() - self.t0,
-                "recovery_time_s": time.time() - ended_at,
-                "lost_steps": lost,
-                "detail": f"generation {group.generation}: {group.world_size} workers, "
-                f"state from {source}",
-            },
+        now = time.time()
+        event = MembershipEvent(
+            event="recover",
+            worker=group.ids[0],
+            device=group.kinds[0],
+            step=self.logged,
+            wall_time_s=now - self.t0,
+            recovery_time_s=now - ended_at,
+            lost_steps=lost,
+            detail=f"generation {group.generation}: {group.world_size} workers, "
+            f"state from {source}",
         )
+        append_line(self.path, event)
 
 
 def write_result(
     out, trainer, group, digest, wall_s, consistency, ckpt, fingerprint, samples_at_start
 ) -> None:
-    write_json_atomic(
-        pathlib.Path(out) / "result.json",
-        {
-            "final_step": trainer.step,
-            "state_sha256": digest,
-            "wall_time_s": wall_s,
-            "samples_per_s": (trainer.samples_seen - samples_at_start) / wall_s,
-            "consistency": consistency,
-            "workers": list(group.kinds),
-            "checkpoint": ckpt,
-            "fingerprint": fingerprint,
-        },
+    result = RunResult(
+        final_step=trainer.step,
+        state_sha256=digest,
+        wall_time_s=wall_s,
+        samples_per_s=(trainer.samples_seen - samples_at_start) / wall_s,
+        consistency=consistency,
+        workers=tuple(group.kinds),
+        checkpoint=ckpt,
+        fingerprint=fingerprint,
     )
+    data = result.to_json()
+    data.setdefault("checkpoint", None)  # written as today: the key is there even without one
+    write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shoal.report import write_report
-from shoal.report.synthetic import write_synthetic_run
+from unit.report.synthetic_run import write_synthetic_run
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from shoal.cli import main
-from shoal.report.synthetic import write_synthetic_run
+from shoal.report.load import load_run
+from unit.report.synthetic_run import write_synthetic_run
 
 
 def test_report_command_writes_page(tmp_path, capsys):
@@ -39,7 +40,7 @@ def test_missing_metrics_is_exit_2(tmp_path, capsys):
 
 
 def test_malformed_line_is_exit_2_with_line_number(tmp_path, capsys):
-    lines = [json.dumps({"kind": "step", "step": 1}), "", "{truncated"]
+    lines = [json.dumps({"kind": "step", "step": 1}), "", "{not json", ""]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines))
     assert main(["report", str(tmp_path)]) == 2
     err = _one_line_error(capsys)
@@ -51,3 +52,13 @@ def test_directory_argument_is_required(capsys):
     with pytest.raises(SystemExit) as info:
         main(["report"])
     assert info.value.code == 2
+
+
+def test_truncated_last_line_is_skipped(tmp_path, capsys):
+    # a run killed mid-write: the report shows what was written in full
+    directory = write_synthetic_run(tmp_path / "run", num_steps=8)
+    with open(directory / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "step", "step": 9, "loss": 0.')
+    assert main(["report", str(directory)]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {directory / 'report.html'}"
+    assert [s.step for s in load_run(directory).steps] == list(range(1, 9))

@@ -4,6 +4,7 @@ import pytest
 
 from shoal.errors import UserError
 from shoal.report.load import load_run
+from unit.report.synthetic_run import INITIAL
 
 STEP = {"kind": "step", "step": 1, "loss": 1.0}
 
@@ -19,9 +20,7 @@ def test_synthetic_run_parses_completely(synthetic_dir):
     ]
     first = run.steps[0]
     assert [(w.id, w.rank, w.device) for w in first.workers] == [
-        ("w0", 0, "v100"),
-        ("w1", 1, "k80"),
-        ("w2", 2, "t4"),
+        (w, rank, kind) for rank, (w, kind) in enumerate(INITIAL.items())
     ]
     assert sum(w.micro_batches for w in first.workers) * first.micro_batch_size == 64
     assert run.events[1].lost_steps == 1 and run.events[1].recovery_time_s > 0
@@ -116,3 +115,19 @@ def test_resumed_run_keeps_wall_time_monotonic(write_metrics):
     run = load_run(directory)
     assert [s.wall_time_s for s in run.steps] == [1.0, 2.0, 2.5, 3.5]
     assert run.events[0].wall_time_s == 2.7
+
+
+def test_truncated_last_line_is_skipped(write_metrics):
+    # a run killed mid-write leaves its last line without the newline
+    directory = write_metrics([STEP])
+    with open(directory / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "step", "step": 2, "lo')
+    run = load_run(directory)
+    assert [s.step for s in run.steps] == [1]
+
+
+def test_complete_last_line_without_newline_is_kept(write_metrics):
+    directory = write_metrics([STEP])
+    with open(directory / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"kind": "step", "step": 2}')
+    assert [s.step for s in load_run(directory).steps] == [1, 2]

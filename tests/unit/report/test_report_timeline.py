@@ -6,8 +6,8 @@ import pytest
 
 from shoal.report.load import load_run
 from shoal.report.summary import summarize
-from shoal.report.synthetic import split_micro_batches
 from shoal.report.timeline import build_timeline, step_time_s
+from unit.report.synthetic_run import INITIAL, JOINER, split
 
 
 def _times(run, kind, worker):
@@ -26,7 +26,7 @@ def test_synthetic_lanes_follow_joins_leaves_and_failures(synthetic_dir):
     assert lanes["w1"].intervals == ((0.0, fail), (join, tl.end_s))
     assert lanes["w2"].intervals == ((0.0, _times(run, "leave", "w2")[0]),)
     assert lanes["w3"].intervals == ((_times(run, "join", "w3")[0], tl.end_s),)
-    assert lanes["w3"].device == "a100"
+    assert lanes["w3"].device == JOINER[1]
     assert all(p.time_s == p.event.wall_time_s for p in tl.events)
 
 
@@ -92,9 +92,15 @@ def test_summary_without_result_falls_back_to_metrics(write_metrics):
     assert s.median_recovery_time_s is None and s.lost_steps == 0
 
 
-@pytest.mark.parametrize("speeds", [[1.0, 0.35, 0.5], [1.0], [2.0, 2.0, 2.0], [1.6, 1.0, 0.35]])
-def test_split_micro_batches_is_proportional_and_complete(speeds):
-    counts = split_micro_batches(8, speeds)
-    assert sum(counts) == 8
-    exact = [8 * s / sum(speeds) for s in speeds]
-    assert all(abs(c - x) < 1 for c, x in zip(counts, exact, strict=True))
+def test_synthetic_split_is_the_planners(synthetic_dir):
+    """Each step's shares are the planner's split over the kinds alive, and cover the batch."""
+    run = load_run(synthetic_dir)
+    groups = {tuple(w.device for w in s.workers) for s in run.steps}
+    assert tuple(INITIAL.values()) in groups and len(groups) == 5  # four changes
+    for s in run.steps:
+        counts = tuple(w.micro_batches for w in s.workers)
+        assert counts == split(8, [w.device for w in s.workers])
+        assert sum(counts) * s.micro_batch_size == s.global_batch_size
+    # the slow kind gets fewer micro-batches than the fast one
+    first = {w.device: w.micro_batches for w in run.steps[0].workers}
+    assert first["k80"] < first["v100"]
