@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from shoal.perf.goodput import goodput_model
-from shoal.perf.kinds import load_kinds
+from shoal.perf.devices import load_devices
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import gpus_per_node, place_gang, retune
 from shoal.sim.policies.fill import waterfill
@@ -40,7 +40,7 @@ class ShoalPolicy:
     inplace_rescale: bool = True
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
-        kinds = load_kinds()
+        kinds = load_devices()
         per_node = gpus_per_node(view)
         # least attained service first, discretised into doubling levels (as Tiresias does) so
         # that jobs with similar service keep arrival order instead of swapping GPUs every tick
