@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from shoal.errors import UserError
-from shoal.perf.goodput import gain, goodput_model
 from shoal.perf.devices import load_devices
+from shoal.perf.goodput import gain, goodput_model
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.sim.jobs import JobSpec
 

@@ -1,4 +1,4 @@
-"""The one device table: workload speeds for the launcher, app speeds and prices for the simulator."""
+"""The one device table: workload speeds (the launcher), app speeds and prices (the simulator)."""
 
 import pytest
 
@@ -23,7 +23,8 @@ def test_kind_without_measured_throughput_has_no_workload_speed():
 
 
 def test_unknown_kind_names_the_known_ones():
-    with pytest.raises(UserError, match=r"unknown device kind 'tpu9' \(known: k80, p100, t4, v100\)"):
+    known = r"\(known: k80, p100, t4, v100\)"
+    with pytest.raises(UserError, match=f"unknown device kind .tpu9. {known}"):
         load_devices().kind("tpu9")
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shoal.perf.goodput import goodput_model
 from shoal.perf.devices import load_devices
+from shoal.perf.goodput import goodput_model
 from shoal.sim.jobs import JobRun
 from shoal.sim.policy import ClusterView, Decision
 

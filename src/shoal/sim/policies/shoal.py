@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shoal.perf.goodput import goodput_model
 from shoal.perf.devices import load_devices
+from shoal.perf.goodput import goodput_model
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import gpus_per_node, place_gang, retune
 from shoal.sim.policies.fill import waterfill
