@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shoal.perf.step_time import SpeedFit, split
+from shoal.perf import step_time
 from shoal.plan import Plan
 
 
@@ -32,7 +32,7 @@ class Rebalancer:
             raise ValueError("replan_every must be >= 1")
         self.num_micro_batches = num_micro_batches
         self.replan_every = replan_every
-        self.fit = SpeedFit(window, stale_after)
+        self.fit = step_time.SpeedFit(window, stale_after)
         self.regroup(["w0"], [1.0], [None])
 
     def regroup(
@@ -55,7 +55,7 @@ class Rebalancer:
 
     def _replan(self) -> Plan:
         seconds = self.fit.estimates_s(self.worker_ids, self.priors_s)
-        return split(self.num_micro_batches, seconds, self.caps)
+        return step_time.split(self.num_micro_batches, seconds, self.caps)
 
     def after_step(self, step: int, seconds_per_micro_batch: Sequence[float | None]) -> Plan:
         """Record a step's per-rank seconds per micro-batch (None: computed nothing); return

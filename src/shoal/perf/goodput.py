@@ -22,9 +22,9 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
+from shoal.perf import step_time
 from shoal.perf.devices import DeviceTable, load_devices
 from shoal.perf.profiles import AppProfile, load_profile
-from shoal.perf.step_time import units_speed
 
 Counts = tuple[tuple[str, int], ...]  # sorted (kind, gpus) pairs with gpus > 0
 
@@ -71,7 +71,7 @@ class GoodputModel:
                 (self.kinds.app_speed(k, self.app) for k, n in counts for _ in range(n)),
                 reverse=True,
             )
-            k_eff = units_speed(parallelism, speeds[:parallelism])
+            k_eff = step_time.units_speed(parallelism, speeds[:parallelism])
         self._cache[key] = k_eff
         return k_eff
 
