@@ -38,7 +38,7 @@ from _common import (
     step_periods,
 )
 
-from shoal.perf.catalog import load_catalog
+from shoal.perf.devices import load_devices
 
 WORKLOAD = "Transformer (batch size 32)"
 
@@ -60,8 +60,8 @@ def main() -> None:
     batch = options["global_batch_size"]
     half = batch // options["micro_batch_size"] // 2
     job, opts = str(JOBS[args.job]), as_options(options)
-    cat = load_catalog()
-    ratio = cat.relative_speed("v100", WORKLOAD) / cat.relative_speed("k80", WORKLOAD)
+    cat = load_devices()
+    ratio = cat.workload_speed("v100", WORKLOAD) / cat.workload_speed("k80", WORKLOAD)
 
     def throughput(rows: list[dict]) -> float:
         return batch / steady(step_periods(rows), args.warmup)

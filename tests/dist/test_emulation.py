@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from shoal.perf.catalog import load_catalog
+from shoal.perf.devices import load_devices
 from shoal_testing import metrics, shoal_run
 
 pytestmark = pytest.mark.dist
@@ -13,8 +13,8 @@ OPTIONS = ["-o", f"workload={WORKLOAD!r}", "-o", "micro_batch_size=32", "-o", "g
 
 
 def ratio() -> float:
-    cat = load_catalog()
-    return cat.relative_speed("v100", WORKLOAD) / cat.relative_speed("k80", WORKLOAD)
+    cat = load_devices()
+    return cat.workload_speed("v100", WORKLOAD) / cat.workload_speed("k80", WORKLOAD)
 
 
 def per_micro_batch_s(out, skip=3):

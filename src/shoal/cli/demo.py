@@ -38,13 +38,13 @@ def _steady_samples_per_s(steps, warmup: int = 5) -> float:
 def _demo(args: argparse.Namespace) -> int:
     from shoal.errors import UserError
     from shoal.launcher.spec import RunSpec, run_local
-    from shoal.perf.catalog import load_catalog
+    from shoal.perf.devices import load_devices
     from shoal.report.load import load_run
 
     if not DIGITS.is_file():
         raise UserError(f"the demo needs {DIGITS} (run it from a source checkout)")
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-demo-"))
-    kinds = load_catalog().parse_workers(args.mixed)
+    kinds = load_devices().parse_workers(args.mixed)
     options = ["micro_batch_size=32", "global_batch_size=256"]  # M = 8 micro-batches per step
     runs = {}
     for name, workers in (("mixed", kinds), ("single", kinds[:1])):

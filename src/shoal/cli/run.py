@@ -17,14 +17,14 @@ def _run(args: argparse.Namespace) -> int:
     from shoal.errors import UserError
     from shoal.launcher.events import parse_events
     from shoal.launcher.spec import RunSpec, run_local
-    from shoal.perf.catalog import load_catalog
+    from shoal.perf.devices import load_devices
 
     if args.resume and args.out and args.out != args.resume:
         raise UserError("--resume DIR continues the run in DIR: drop --out or make it DIR")
     out = args.resume or args.out
     if not out:
         raise UserError("the following arguments are required: --out (or --resume DIR)")
-    catalog = load_catalog()
+    catalog = load_devices()
     events = parse_events(args.events) if args.events else []
     for e in events:
         if e.kind:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from shoal.errors import UserError
-from shoal.perf.kinds import load_kinds
+from shoal.perf.devices import load_devices
 
 PRESETS = {
     # Pollux's simulator: 16 nodes x 4 T4 (its traces were measured there)
@@ -66,7 +66,7 @@ _ITEM = re.compile(r"(\d+)x(\d+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
 def parse_cluster(spec: str) -> ClusterSpec:
     """Parse a preset name or a spec such as `16x4xt4` or `4x4xv100:spot,4x4xt4`."""
     text = PRESETS.get(spec, spec)
-    kinds = load_kinds()
+    kinds = load_devices()
     groups = []
     for item in (s.strip() for s in text.split(",") if s.strip()):
         match = _ITEM.fullmatch(item)

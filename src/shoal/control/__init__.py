@@ -1,5 +1,5 @@
-"""Pure control: decisions from observations (re-planning, later adaptive batch and scaling)."""
+"""Pure control: decisions from observations (re-planning, batch size, pricing tier)."""
 
-from shoal.control.rebalance import Rebalancer, SpeedEstimator
+from shoal.control.rebalance import Rebalancer
 
-__all__ = ["Rebalancer", "SpeedEstimator"]
+__all__ = ["Rebalancer"]

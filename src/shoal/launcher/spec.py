@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
-from shoal.perf.catalog import load_catalog
+from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
 from shoal.runtime.pacing import pacer_from_env
@@ -113,9 +113,9 @@ def check_run(spec: RunSpec) -> Speeds:
         )
     if spec.resume and not has_ckpt:
         raise UserError(f"--resume: no checkpoint found in {ckpts}")
-    catalog = load_catalog()
+    devices = load_devices()
     kinds = set(spec.kinds) | {e.kind for e in spec.events if e.kind}
-    speed = {k: catalog.relative_speed(catalog.kind(k).name, job.workload) for k in kinds}
+    speed = {k: devices.workload_speed(devices.kind(k).name, job.workload) for k in kinds}
     fastest = max(speed.values())
     return Speeds(
         {k: fastest / s for k, s in speed.items()}, {k: 1.0 / s for k, s in speed.items()}

@@ -6,7 +6,8 @@ placement is worth `K_eff = sum(count_k * speed_k)` T4-equivalent GPUs and each 
 batch of `M / K_eff` T4-samples per step; the step time is the measured profile's at the placement's
 node and GPU counts and that local batch (`shoal.perf.profiles`). A job whose work is divided
 into a fixed number P of indivisible units (EasyScale's threads) can only give each GPU a whole
-number of units; then `K_eff = P / max_i(units_i / speed_i)` under the best integer split.
+number of units; then `K_eff = P / max_i(units_i / speed_i)` under the best integer split, which
+is the step-time model's split (`shoal.perf.step_time`, i.e. `plan_micro_batches`).
 A local batch larger than the GPU's measured memory bound is run as gradient accumulation.
 
 Statistical efficiency (Pollux, OSDI'21). With gradient square norm |g|^2 and variance sigma^2
@@ -18,11 +19,11 @@ second is `r(S) / step_time`, and `r(S) / S` is the efficiency. Goodput is that 
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from dataclasses import dataclass, field
 
-from shoal.perf.kinds import KindTable, load_kinds
+from shoal.perf import step_time
+from shoal.perf.devices import DeviceTable, load_devices
 from shoal.perf.profiles import AppProfile, load_profile
 
 Counts = tuple[tuple[str, int], ...]  # sorted (kind, gpus) pairs with gpus > 0
@@ -43,32 +44,18 @@ def efficiency(
     return gain(batch_size, init_batch_size, grad_sqr, grad_var) * init_batch_size / batch_size
 
 
-def integer_split_speed(parallelism: int, speeds: list[float]) -> float:
-    """K_eff of `parallelism` indivisible units over GPUs with `speeds` (best integer split)."""
-    units = [0] * len(speeds)
-    heap = [(1.0 / s, i) for i, s in enumerate(speeds)]
-    heapq.heapify(heap)
-    # greedy: each unit goes where it finishes earliest; optimal for makespan of unit tasks
-    for _ in range(parallelism):
-        _, i = heapq.heappop(heap)
-        units[i] += 1
-        heapq.heappush(heap, ((units[i] + 1) / speeds[i], i))
-    slowest = max(u / s for u, s in zip(units, speeds, strict=True) if u > 0)
-    return parallelism / slowest
-
-
 @dataclass
 class GoodputModel:
     """Step time, progress rate and the goodput-optimal batch of one application."""
 
     app: str
     profile: AppProfile = field(init=False)
-    kinds: KindTable = field(init=False)
+    kinds: DeviceTable = field(init=False)
     _cache: dict = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.profile = load_profile(self.app)
-        self.kinds = load_kinds()
+        self.kinds = load_devices()
 
     def effective_gpus(self, counts: Counts, parallelism: int | None = None) -> float:
         """K_eff in T4-equivalents; `parallelism` = a fixed number of indivisible units."""
@@ -84,7 +71,7 @@ class GoodputModel:
                 (self.kinds.app_speed(k, self.app) for k, n in counts for _ in range(n)),
                 reverse=True,
             )
-            k_eff = integer_split_speed(parallelism, speeds[:parallelism])
+            k_eff = step_time.units_speed(parallelism, speeds[:parallelism])
         self._cache[key] = k_eff
         return k_eff
 

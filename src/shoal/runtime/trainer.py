@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from shoal.control import Rebalancer, SpeedEstimator
+from shoal.control import Rebalancer
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.membership import PeerFailure
@@ -130,12 +130,9 @@ class Trainer:
 
     def _plan(self) -> Plan:
         if self.rebalancer is None:
-            self.rebalancer = Rebalancer(
-                self.job.num_micro_batches,
-                SpeedEstimator(self.prior_s),
-                self.replan_every,
-                caps=[self.max_micro_batches] * self.world_size,
-            )
+            self.rebalancer = Rebalancer(self.job.num_micro_batches, self.replan_every)
+            ids = [f"r{r}" for r in range(self.world_size)]
+            self.rebalancer.regroup(ids, self.prior_s, [self.max_micro_batches] * self.world_size)
         return self.rebalancer.plan
 
     def train_step(

@@ -22,8 +22,8 @@ from shoal.cluster.ledger import CostLedger
 from shoal.cluster.nodes import ClusterSpec
 from shoal.cluster.revocation import NoRevocations, RevocationModel
 from shoal.errors import UserError
+from shoal.perf.devices import load_devices
 from shoal.perf.goodput import goodput_model
-from shoal.perf.kinds import load_kinds
 from shoal.sim.jobs import JobRun, JobSpec
 from shoal.sim.policy import ClusterView, Decision, Node, Policy, counts_of
 
@@ -76,7 +76,7 @@ class Simulator:
         self.policy = policy
         self.rng = random.Random(self.cfg.seed)
         self.revocations = revocations or NoRevocations()
-        self.kinds = load_kinds()
+        self.kinds = load_devices()
         self.ledger = CostLedger()
         self.heap: list[tuple] = []
         self.seq = 0

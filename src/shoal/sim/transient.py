@@ -22,7 +22,7 @@ from importlib import resources
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.revocation import RevocationModel, load_gce_lifetimes
-from shoal.perf.catalog import load_catalog
+from shoal.perf.devices import load_devices
 
 TOTAL_STEPS = 64000
 PS_PRICE_USD_PER_HOUR = 0.143  # 4-vCPU parameter server, on-demand (paper Table I)
@@ -52,7 +52,7 @@ class TransientConfig:
     num_workers: int
     step_rate_per_worker: float
     worker_efficiency: float = 1.0
-    worker_price_usd_per_hour: float = 0.0  # 0: the catalog's K80 spot price
+    worker_price_usd_per_hour: float = 0.0  # 0: the device table's K80 spot price
     ps_price_usd_per_hour: float = PS_PRICE_USD_PER_HOUR
     total_steps: int = TOTAL_STEPS
 
@@ -72,7 +72,7 @@ class TransientRun:
 
 
 def run_once(cfg: TransientConfig, lifetimes: RevocationModel, rng: random.Random) -> TransientRun:
-    price = cfg.worker_price_usd_per_hour or load_catalog().kind("k80").price_usd_per_hour["spot"]
+    price = cfg.worker_price_usd_per_hour or load_devices().kind("k80").price_usd_per_hour["spot"]
     ledger = CostLedger()
     deaths = [lifetimes.sample_lifetime_s("k80", rng) for _ in range(cfg.num_workers)]
     for i in range(cfg.num_workers):

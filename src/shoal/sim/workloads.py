@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from shoal.errors import UserError
+from shoal.perf.devices import load_devices
 from shoal.perf.goodput import gain, goodput_model
-from shoal.perf.kinds import load_kinds
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.sim.jobs import JobSpec
 
@@ -112,7 +112,7 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
         het = _num(path, lineno, row, "enable_heterogeneous_deterministic", float, 0)
         kind = (row.get("preferred_gpu") or "").strip().lower() or None
-        if kind is not None and kind not in load_kinds().memory_gib:
+        if kind is not None and kind not in load_devices().memory_gib:
             raise UserError(f"{path}:{lineno}: unknown GPU kind {kind!r}")
         # a repeated name replaces the earlier row, as EasyScale's simulator does
         by_name[row["name"]] = JobSpec(

@@ -4,8 +4,8 @@ import pytest
 
 from shoal.cluster.nodes import parse_cluster
 from shoal.errors import UserError
-from shoal.perf.goodput import efficiency, goodput_model, integer_split_speed
-from shoal.perf.kinds import load_kinds
+from shoal.perf.devices import load_devices
+from shoal.perf.goodput import efficiency, goodput_model
 from shoal.perf.profiles import load_profile
 
 
@@ -25,20 +25,12 @@ def test_efficiency_is_at_most_one_and_falls_with_batch():
     assert all(0 < e <= 1 for e in effs) and effs == sorted(effs, reverse=True)
 
 
-def test_integer_split_speed():
-    assert integer_split_speed(4, [1.0, 1.0, 1.0, 1.0]) == pytest.approx(4.0)
-    # 3 units on 2 equal GPUs: one GPU does 2 units, so the job runs at 1.5 GPUs
-    assert integer_split_speed(3, [1.0, 1.0]) == pytest.approx(1.5)
-    # a 2x GPU takes 2 of 3 units: perfect balance
-    assert integer_split_speed(3, [2.0, 1.0]) == pytest.approx(3.0)
-
-
 def test_kind_speeds_follow_measurements():
-    kinds = load_kinds()
+    kinds = load_devices()
     s = {k: kinds.app_speed(k, "cifar10") for k in ("k80", "p100", "t4", "v100")}
     assert s["t4"] == 1.0 and s["v100"] > s["p100"] > s["k80"]
     assert kinds.price("t4", "spot") < kinds.price("t4", "on_demand")
-    with pytest.raises(UserError, match="unknown GPU kind"):
+    with pytest.raises(UserError, match="unknown device kind"):
         kinds.check("h100")
 
 

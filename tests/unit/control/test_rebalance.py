@@ -1,32 +1,64 @@
-from shoal.control import Rebalancer, SpeedEstimator
+"""The live controller's planner: the shared step-time model fitted online, keyed by worker id."""
+
+import pytest
+
+from shoal.control import Rebalancer
 
 
-def test_unmeasured_workers_are_scaled_from_their_prior():
-    est = SpeedEstimator([1.0, 3.0])
-    est.observe(0, 0.02)
-    assert est.estimates_s() == [0.02, 0.06]
+def _two(window=5, stale_after=20, replan_every=2, caps=(None, None)):
+    reb = Rebalancer(8, replan_every, window=window, stale_after=stale_after)
+    reb.regroup(["a", "b"], [1.0, 1.0], list(caps))
+    return reb
+
+
+def test_starts_as_a_group_of_one():
+    assert Rebalancer(6).plan.counts == (6,)
 
 
 def test_replanning_follows_measured_speed():
-    reb = Rebalancer(8, SpeedEstimator([1.0, 1.0], window=1), replan_every=2)
+    reb = _two(window=1)
     assert reb.plan.counts == (4, 4)
     assert reb.after_step(0, [0.05, 0.01]).counts == (4, 4)  # warm-up: not learned from
-    plan = reb.after_step(1, [0.01, 0.03])  # worker 1 turns out 3x slower
+    plan = reb.after_step(1, [0.01, 0.03])  # worker b turns out 3x slower
     assert plan.counts == (6, 2)
     assert reb.after_step(3, [None, None]).counts == (6, 2)  # no measurement: estimates kept
 
 
+def test_replans_only_every_replan_every_steps():
+    reb = _two(window=1, replan_every=3)
+    reb.after_step(0, [None, None])  # warm-up
+    assert reb.after_step(1, [0.01, 0.03]).counts == (4, 4)  # (1 + 1) % 3 != 0
+    assert reb.after_step(2, [0.01, 0.03]).counts == (6, 2)
+
+
 def test_an_idle_worker_is_probed_again():
-    est = SpeedEstimator([1.0, 1.0], window=1, stale_after=3)
-    reb = Rebalancer(4, est, replan_every=1, warmup_steps=0)
-    assert reb.after_step(0, [0.01, 1.0]).counts == (4, 0)  # a slow spell on worker 1
-    for step in (1, 2):
+    reb = Rebalancer(4, 1, window=1, stale_after=3)
+    reb.regroup(["a", "b"], [1.0, 1.0], [None, None])
+    reb.after_step(0, [None, None])  # warm-up
+    assert reb.after_step(1, [0.01, 1.0]).counts == (4, 0)  # a slow spell on worker b
+    for step in (2, 3):
         assert reb.after_step(step, [0.01, None]).counts == (4, 0)
-    assert reb.after_step(3, [0.01, None]).counts == (2, 2)  # forgotten: probed again
+    assert reb.after_step(4, [0.01, None]).counts == (2, 2)  # forgotten: probed again
 
 
-def test_one_slow_step_does_not_move_the_estimate():
-    est = SpeedEstimator([1.0], window=5)
-    for t in (0.010, 0.011, 0.010, 0.050, 0.010):
-        est.observe(0, t)
-    assert est.estimates_s() == [0.010]
+def test_measurements_survive_a_regroup_and_newcomers_scale_from_priors():
+    reb = _two(window=1, replan_every=1)
+    reb.after_step(0, [None, None])
+    reb.after_step(1, [0.01, 0.03])
+    # b leaves, c (prior 2x a's) joins; a keeps its measurement, c is estimated at 0.02
+    reb.regroup(["a", "c"], [1.0, 2.0], [None, None])
+    assert reb.fit.estimates_s(["a", "c"], [1.0, 2.0]) == pytest.approx([0.01, 0.02])
+    assert reb.plan.counts == (6, 2)  # times 0.01 and 0.02: makespan 0.06
+    assert reb.after_step(2, [9.0, 9.0]).counts == (6, 2)  # the first step after it is warm-up
+
+
+def test_caps_bound_a_worker():
+    reb = _two(caps=(2, None))
+    assert reb.plan.counts == (2, 6)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        Rebalancer(4, 0)
+    with pytest.raises(ValueError):
+        Rebalancer(4).regroup(["a"], [1.0, 2.0], [None])

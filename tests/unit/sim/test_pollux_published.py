@@ -11,6 +11,7 @@ import pytest
 from shoal.sim.run import simulate
 
 
+@pytest.mark.slow  # a simulator acceptance run: seconds on a shared host
 def test_tiresias_matches_pollux_published_average_jct():
     tiresias = simulate("tiresias", "pollux:6", "pollux")
     assert tiresias["finished"] == 160

@@ -9,6 +9,8 @@ average-JCT and the lowest mean total cost over these three runs. No tolerance: 
 
 import statistics
 
+import pytest
+
 from shoal.sim.policies import POLICIES
 from shoal.sim.run import simulate
 from shoal.sim.simulator import SimConfig
@@ -20,6 +22,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # a simulator acceptance run: seconds on a shared host
 def test_shoal_has_lowest_mean_jct_and_cost():
     means = {}
     for policy in POLICIES:

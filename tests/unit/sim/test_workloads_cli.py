@@ -52,7 +52,7 @@ def test_bad_philly_row(tmp_path):
     "argv, message",
     [
         (["--policy", "lottery"], "unknown policy 'lottery'"),
-        (["--cluster", "4x4xh100"], "unknown GPU kind 'h100'"),
+        (["--cluster", "4x4xh100"], "unknown device kind 'h100'"),
         (["--spot", "half"], "bad --spot fraction"),
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
     ],

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from shoal.perf.devices import load_devices
 from shoal.perf.goodput import goodput_model
-from shoal.perf.kinds import load_kinds
 from shoal.sim.jobs import JobRun
 from shoal.sim.policy import ClusterView, Decision
 
@@ -12,7 +12,7 @@ def kinds_by_speed(view: ClusterView, app: str) -> list[str]:
     """The cluster's kinds, fastest first for `app` (memoised on the view)."""
     key = ("by_speed", app)
     if key not in view._memo:
-        table = load_kinds()
+        table = load_devices()
         view._memo[key] = sorted(view.kinds(), key=lambda k: (-table.app_speed(k, app), k))
     return view._memo[key]
 

@@ -1,8 +1,8 @@
 """EasyScale's inter-job scheduler (SC'23), homogeneous and heterogeneous variants.
 
 A job is a fixed number P of EasyScale threads (its requested GPUs) that run on any number of
-GPUs up to P; its speed is set by the best whole-thread split (`integer_split_speed`). The
-policy never shrinks or preempts a running job. Each round:
+GPUs up to P; its speed is set by the best whole-thread split (the step-time model's split,
+`perf.step_time.units_speed`). The policy never shrinks or preempts a running job. Each round:
 1. every running job proposes, per GPU kind, its best increment: d more GPUs of that kind, total
    at most min(2 x current, P), no slower than now and with at most `max_waste` of the
    allocation's compute idled by whole-thread rounding, scored by marginal speedup per GPU,

@@ -18,14 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from shoal.perf.goodput import goodput_model
-from shoal.perf.kinds import load_kinds
+from shoal.control.batch import best_batch, nodes_needed, unit_goodput
+from shoal.control.tiers import marginal_price, tier_order
+from shoal.perf.devices import load_devices
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.common import gpus_per_node, place_gang, retune
 from shoal.sim.policies.fill import waterfill
 from shoal.sim.policy import ClusterView, Decision
-
-_TIERS = ("spot", "on_demand")
 
 
 @dataclass
@@ -40,8 +39,6 @@ class ShoalPolicy:
     inplace_rescale: bool = True
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
-        kinds = load_kinds()
-        per_node = gpus_per_node(view)
         # least attained service first, discretised into doubling levels (as Tiresias does) so
         # that jobs with similar service keep arrival order instead of swapping GPUs every tick
         jobs = sorted(
@@ -52,56 +49,27 @@ class ShoalPolicy:
         # gangs first: running ones keep their GPUs, pending ones start on on-demand first
         for job in jobs:
             if not job.spec.elastic and not job.running:
-                decision = place_gang(view, job, tiers=("on_demand", "spot"))
+                decision = place_gang(view, job, tiers=tier_order(elastic=False))
                 if decision is not None:
                     decisions[job.name] = decision
         elastic = [j for j in jobs if j.spec.elastic]
         # re-plan every elastic job from scratch over the GPUs the gangs leave
         for job in elastic:
             view.release(job.alloc)
-        free: dict[str, int] = {}
-        spot_free: dict[str, int] = {}
-        for node_id, n in view.free.items():
-            node = view.node(node_id)
-            free[node.kind] = free.get(node.kind, 0) + n
-            if node.tier == "spot":
-                spot_free[node.kind] = spot_free.get(node.kind, 0) + n
-
-        def price(kind: str) -> float:  # the cheapest tier with room (spot fills first)
-            return kinds.price(kind, "spot" if spot_free.get(kind) else "on_demand")
+        free, spot_free = _room(view)
+        per_node = gpus_per_node(view)
 
         def rate(job: JobRun, counts: dict[str, int]) -> float:
-            key = tuple(sorted((k, n) for k, n in counts.items() if n))
-            if not key:
-                return 0.0
-            nodes = sum(-(-n // per_node[k]) for k, n in key)
-            return goodput_model(job.spec.app).best_batch(key, nodes, job.progress)[1]
+            nodes = nodes_needed(counts, per_node)
+            return best_batch(job.spec.app, counts, nodes, job.progress)[1]
 
-        def unit(job: JobRun) -> float:  # goodput of one profiled-kind GPU: the speedup unit
-            return goodput_model(job.spec.app).best_batch((("t4", 1),), 1, job.progress)[1]
-
-        def first_kind(job: JobRun, left: dict[str, int]) -> str | None:
-            options = [k for k, n in left.items() if n > 0]
-            if not options:
-                return None
-            return max(
-                options,
-                key=lambda k: kinds.app_speed(k, job.spec.app) / price(k) ** self.price_exponent,
-            )
-
-        def score(job: JobRun, counts: dict[str, int], kind: str) -> float:
-            now = rate(job, counts)
-            more = dict(counts)
-            more[kind] = more.get(kind, 0) + 1
-            new = rate(job, more)
-            base = unit(job)
-            if new - now < self.min_marginal * kinds.app_speed(kind, job.spec.app) * base:
-                return 0.0
-            weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
-            gain = base / now - base / new
-            return weight * gain / price(kind) ** self.price_exponent
-
-        plan = waterfill(elastic, free, first_kind, score, lambda j: self.max_gpus_per_job)
+        plan = waterfill(
+            elastic,
+            free,
+            lambda job, left: self._first_kind(job, left, spot_free),
+            lambda job, counts, kind: self._score(job, counts, kind, rate, spot_free),
+            lambda j: self.max_gpus_per_job,
+        )
         # keep running jobs whose plan barely changes their speed (a rescale is not free)
         keep = []
         for job in elastic:
@@ -115,35 +83,65 @@ class ShoalPolicy:
             retune(job, decisions)
         kept = {j.name for j in keep}
         for job in elastic:
-            if job.name in kept:
-                continue
-            alloc: dict[int, int] = {}
-            for kind, n in plan.get(job.name, {}).items():
-                # whole on spot if it fits, else whole on any tier (consolidated: fewer nodes
-                # means cheaper synchronisation), else spot first and the rest on-demand
-                got = view.pack(n, view.nodes_of(kind, "spot")) or view.pack(n, view.nodes_of(kind))
-                if got is None:
-                    got = {}
-                    for tier in _TIERS:
-                        part = view.pack(
-                            min(n, self._free(view, kind, tier)), view.nodes_of(kind, tier)
-                        )
-                        for node_id, k in (part or {}).items():
-                            got[node_id] = got.get(node_id, 0) + k
-                            n -= k
-                for node_id, k in got.items():
-                    alloc[node_id] = alloc.get(node_id, 0) + k
-            if alloc or job.running:
-                batch = None
-                if alloc:
-                    counts = {}
-                    for node_id, k in alloc.items():
-                        kind = view.node(node_id).kind
-                        counts[kind] = counts.get(kind, 0) + k
-                    key = tuple(sorted(counts.items()))
-                    batch = goodput_model(job.spec.app).best_batch(key, len(alloc), job.progress)[0]
-                decisions[job.name] = Decision(alloc, batch)
+            if job.name not in kept:
+                self._place(view, job, plan.get(job.name, {}), decisions)
         return decisions
+
+    def _first_kind(self, job: JobRun, left: dict[str, int], spot_free: dict[str, int]):
+        options = [k for k, n in left.items() if n > 0]
+        if not options:
+            return None
+        devices = load_devices()
+        return max(
+            options,
+            key=lambda k: (
+                devices.app_speed(k, job.spec.app)
+                / marginal_price(k, spot_free.get(k, 0)) ** self.price_exponent
+            ),
+        )
+
+    def _score(self, job: JobRun, counts: dict[str, int], kind: str, rate, spot_free) -> float:
+        now = rate(job, counts)
+        more = dict(counts)
+        more[kind] = more.get(kind, 0) + 1
+        new = rate(job, more)
+        base = unit_goodput(job.spec.app, job.progress)
+        speed = load_devices().app_speed(kind, job.spec.app)
+        if new - now < self.min_marginal * speed * base:
+            return 0.0
+        weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
+        gain = base / now - base / new
+        return weight * gain / marginal_price(kind, spot_free.get(kind, 0)) ** self.price_exponent
+
+    def _place(
+        self, view: ClusterView, job: JobRun, plan: dict[str, int], decisions: dict[str, Decision]
+    ) -> None:
+        alloc: dict[int, int] = {}
+        for kind, n in plan.items():
+            for node_id, k in self._pack(view, kind, n).items():
+                alloc[node_id] = alloc.get(node_id, 0) + k
+        if alloc or job.running:
+            batch = None
+            if alloc:
+                counts: dict[str, int] = {}
+                for node_id, k in alloc.items():
+                    kind = view.node(node_id).kind
+                    counts[kind] = counts.get(kind, 0) + k
+                batch = best_batch(job.spec.app, counts, len(alloc), job.progress)[0]
+            decisions[job.name] = Decision(alloc, batch)
+
+    def _pack(self, view: ClusterView, kind: str, n: int) -> dict[int, int]:
+        # whole on spot if it fits, else whole on any tier (consolidated: fewer nodes means
+        # cheaper synchronisation), else spot first and the rest on-demand
+        got = view.pack(n, view.nodes_of(kind, "spot")) or view.pack(n, view.nodes_of(kind))
+        if got is None:
+            got = {}
+            for tier in tier_order(elastic=True):
+                part = view.pack(min(n, self._free(view, kind, tier)), view.nodes_of(kind, tier))
+                for node_id, k in (part or {}).items():
+                    got[node_id] = got.get(node_id, 0) + k
+                    n -= k
+        return got
 
     def _level(self, gpu_s: float) -> int:
         return int(math.log2(1.0 + gpu_s / self.las_scale_gpu_s))
@@ -151,3 +149,15 @@ class ShoalPolicy:
     @staticmethod
     def _free(view: ClusterView, kind: str, tier: str) -> int:
         return sum(view.free[i] for i in view.nodes_of(kind, tier))
+
+
+def _room(view: ClusterView) -> tuple[dict[str, int], dict[str, int]]:
+    """Free GPUs per kind, and how many of those are on spot nodes."""
+    free: dict[str, int] = {}
+    spot_free: dict[str, int] = {}
+    for node_id, n in view.free.items():
+        node = view.node(node_id)
+        free[node.kind] = free.get(node.kind, 0) + n
+        if node.tier == "spot":
+            spot_free[node.kind] = spot_free.get(node.kind, 0) + n
+    return free, spot_free
