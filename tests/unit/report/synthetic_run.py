@@ -26,7 +26,7 @@ from shoal.metrics import (
     StepLine,
     WorkerShare,
 )
-from shoal.perf.catalog import load_catalog
+from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 
 INITIAL = {"w0": "v100", "w1": "k80", "w2": "p100"}  # id -> device kind, in rank order
@@ -47,7 +47,7 @@ def relative_speed(kind: str) -> float:
 
     The one place the fixture reads the table, so that moving the table moves one line.
     """
-    return load_catalog().relative_speed(kind)
+    return load_devices().workload_speed(kind)
 
 
 def split(num_micro_batches: int, kinds: list[str]) -> tuple[int, ...]:
