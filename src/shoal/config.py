@@ -43,12 +43,18 @@ class CheckpointConfig:
     )
     seconds: float = field(
         default=0.0,
-        metadata=_flag("--checkpoint-seconds", "durable checkpoint cadence in seconds (0: off)"),
+        metadata=_flag(
+            "--checkpoint-seconds",
+            "durable checkpoint cadence in seconds (0: off)",
+            metavar="SECONDS",
+        ),
     )
     dir: str | None = field(
         default=None,
         metadata=_flag(
-            "--checkpoint-dir", "directory or fsspec URL for checkpoints (default: OUT/checkpoints)"
+            "--checkpoint-dir",
+            "directory or fsspec URL for checkpoints (default: OUT/checkpoints)",
+            metavar="DIR|URL",
         ),
     )
 
@@ -91,19 +97,25 @@ class RunConfig:
     """What one worker process needs to train a job: shared by every worker of a run."""
 
     job: str = field(metadata=_flag("job", "job file defining make_job(**options)"))
-    steps: int = field(metadata=_flag("--steps", "number of optimizer steps", required=True))
+    steps: int = field(
+        metadata=_flag("--steps", "number of optimizer steps", metavar="N", required=True)
+    )
     out: str = field(
-        metadata=_flag("--out", "run directory for metrics, result, checkpoints", required=True)
+        metadata=_flag(
+            "--out", "run directory for metrics, result, checkpoints", metavar="DIR", required=True
+        )
     )
     consistency: str = field(
         default="exact",
         metadata=_flag(
             "--consistency",
-            "exact: bitwise the same result on any group; fast: plain data parallel",
+            "exact: the same bits on any group; fast: a float all-reduce like DDP",
             choices=("exact", "fast"),
         ),
     )
-    seed: int | None = field(default=None, metadata=_flag("--seed", "override the job's seed"))
+    seed: int | None = field(
+        default=None, metadata=_flag("--seed", "override the job's seed", metavar="N")
+    )
     options: tuple[str, ...] = field(
         default=(),
         metadata=_flag(

@@ -10,7 +10,11 @@ from shoal.config import EmulationConfig, LaunchConfig, RunConfig
 # `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
 # (its directory stands in for --out), so --out is no longer required.
 RUN_OVERRIDES = {
-    "--out": {"required": False, "default": None},
+    "--out": {
+        "required": False,
+        "default": None,
+        "help": "run directory for metrics, result, checkpoints (or --resume DIR)",
+    },
     "--resume": {
         "action": "store",
         "metavar": "DIR",
