@@ -36,6 +36,7 @@ def _steady_samples_per_s(steps, warmup: int = 5) -> float:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from shoal.config import EmulationConfig, RunConfig
     from shoal.errors import UserError
     from shoal.launcher.spec import RunSpec, run_local
     from shoal.perf.devices import load_devices
@@ -49,8 +50,14 @@ def _demo(args: argparse.Namespace) -> int:
     runs = {}
     for name, workers in (("mixed", kinds), ("single", kinds[:1])):
         print(f"{name}: {','.join(workers)}")
-        spec = RunSpec(str(DIGITS), workers, args.steps, str(root / name), options=options)
-        runs[name] = (workers, run_local(spec))
+        config = RunConfig(
+            str(DIGITS),
+            args.steps,
+            str(root / name),
+            options=options,
+            emulation=EmulationConfig.from_environ(),
+        )
+        runs[name] = (workers, run_local(RunSpec(config, workers)))
     print()
     print(f"{'run':<8} {'workers':<16} {'samples/s':>10}  {'micro-batch share':<24} state_sha256")
     print(f"{'':<8} {'':<16} {'(steady)':>10}")

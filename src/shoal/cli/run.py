@@ -4,49 +4,63 @@ from __future__ import annotations
 
 import argparse
 
+from shoal.cli.flags import add_flags, from_args
+from shoal.config import EmulationConfig, LaunchConfig, RunConfig
+
+# `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
+# (its directory stands in for --out), so --out is no longer required.
+RUN_OVERRIDES = {
+    "--out": {
+        "required": False,
+        "default": None,
+        "help": "run directory for metrics, result, checkpoints (or --resume DIR)",
+    },
+    "--resume": {
+        "action": "store",
+        "metavar": "DIR",
+        "default": None,
+        "help": "continue the run in DIR from its newest valid checkpoint",
+    },
+}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from shoal.runtime.loop import add_launcher_arguments
-
     p = sub.add_parser("run", help="train a job file on local workers of emulated device kinds")
-    add_launcher_arguments(p)
+    add_flags(p, RunConfig, RUN_OVERRIDES)
+    add_flags(p, LaunchConfig)
     p.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The workers' configuration from `shoal run`'s flags (--resume DIR included)."""
     from shoal.errors import UserError
-    from shoal.launcher.events import parse_events
-    from shoal.launcher.spec import RunSpec, run_local
-    from shoal.perf.devices import load_devices
 
     if args.resume and args.out and args.out != args.resume:
         raise UserError("--resume DIR continues the run in DIR: drop --out or make it DIR")
     out = args.resume or args.out
     if not out:
         raise UserError("the following arguments are required: --out (or --resume DIR)")
-    catalog = load_devices()
+    return from_args(
+        RunConfig,
+        args,
+        out=out,
+        resume=args.resume is not None,
+        emulation=EmulationConfig.from_environ(),
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from shoal.launcher.events import parse_events
+    from shoal.launcher.spec import RunSpec, run_local
+    from shoal.perf.devices import load_devices
+
+    config = config_from_args(args)
+    devices = load_devices()
     events = parse_events(args.events) if args.events else []
     for e in events:
         if e.kind:
-            catalog.kind(e.kind)
-    spec = RunSpec(
-        job=args.job,
-        kinds=catalog.parse_workers(args.workers),
-        steps=args.steps,
-        out=out,
-        consistency=args.consistency,
-        seed=args.seed,
-        options=args.option,
-        replan_every=args.replan_every,
-        max_micro_batches=args.max_micro_batches,
-        threads=args.threads,
-        events=events,
-        checkpoint_every=args.checkpoint_every,
-        checkpoint_seconds=args.checkpoint_seconds,
-        checkpoint_dir=args.checkpoint_dir,
-        resume=args.resume is not None,
-    )
-    result = run_local(spec)
+            devices.kind(e.kind)
+    result = run_local(RunSpec(config, devices.parse_workers(args.workers), events))
     print(
         f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s, "
         f"{result['samples_per_s']:,.0f} samples/s, state_sha256 {result['state_sha256']}"

@@ -12,18 +12,19 @@ publishes each new generation of the group when its membership changes (see
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import socket
 from dataclasses import dataclass, field
 
+from shoal.config import RunConfig
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
-from shoal.runtime.pacing import pacer_from_env
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,53 +33,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunSpec:
-    job: str
-    kinds: list[str]
-    steps: int
-    out: str
-    consistency: str = "exact"
-    seed: int | None = None
-    options: list[str] = field(default_factory=list)
-    replan_every: int = 5
-    max_micro_batches: int | None = None
-    threads: int = 1
-    events: list[Event] = field(default_factory=list)
-    checkpoint_every: int = 0
-    checkpoint_seconds: float = 0.0
-    checkpoint_dir: str | None = None
-    resume: bool = False
+    """A local run: the workers' shared configuration, their device kinds, injected events."""
 
-    def worker_args(self) -> list[str]:
-        args = [
-            self.job,
-            "--steps",
-            str(self.steps),
-            "--out",
-            self.out,
-            "--consistency",
-            self.consistency,
-            "--replan-every",
-            str(self.replan_every),
-            "--threads",
-            str(self.threads),
-            "--checkpoint-every",
-            str(self.checkpoint_every),
-            "--checkpoint-seconds",
-            str(self.checkpoint_seconds),
-        ]
-        if self.seed is not None:
-            args += ["--seed", str(self.seed)]
-        if self.max_micro_batches is not None:
-            args += ["--max-micro-batches", str(self.max_micro_batches)]
-        if self.checkpoint_dir:
-            args += ["--checkpoint-dir", self.checkpoint_dir]
-        if self.resume:
-            args += ["--resume"]
-        for opt in self.options:
-            args += ["--option", opt]
-        return args
+    config: RunConfig
+    kinds: list[str]
+    events: list[Event] = field(default_factory=list)
+
+    def worker_config(self, slowdown: float) -> RunConfig:
+        """What a worker of a kind `slowdown` times slower than the fastest is handed."""
+        emulation = dataclasses.replace(self.config.emulation, slowdown=slowdown)
+        return dataclasses.replace(self.config, emulation=emulation)
 
 
 @dataclass(frozen=True)
@@ -91,27 +57,25 @@ class Speeds:
 
 def check_run(spec: RunSpec) -> Speeds:
     """Validate everything a worker would trip on, before any process starts."""
-    if spec.steps < 1:
-        raise UserError(f"--steps must be >= 1, got {spec.steps}")
+    config = spec.config  # its own fields are checked already (RunConfig.__post_init__)
     if not spec.kinds:
         raise UserError("--workers names no worker")
-    job = build_job(load_job_file(spec.job), parse_options(spec.options), spec.seed)
-    if spec.max_micro_batches is not None:  # the planner's own check, before any worker starts
+    job = build_job(load_job_file(config.job), parse_options(config.options), config.seed)
+    if config.max_micro_batches is not None:  # the planner's own check, before any worker starts
         try:
-            caps = [spec.max_micro_batches] * len(spec.kinds)
+            caps = [config.max_micro_batches] * len(spec.kinds)
             plan_micro_batches(job.num_micro_batches, [1.0] * len(spec.kinds), caps)
         except UserError as exc:
-            raise UserError(f"--max-micro-batches {spec.max_micro_batches}: {exc}") from None
-    pacer_from_env()  # a bad SHOAL_EMULATED_HOST_S fails here, not in every worker
-    out = prepare_out_dir(spec.out)
-    ckpts = pathlib.Path(spec.checkpoint_dir or out / "checkpoints")
+            raise UserError(f"--max-micro-batches {config.max_micro_batches}: {exc}") from None
+    out = prepare_out_dir(config.out)
+    ckpts = pathlib.Path(config.checkpoint.dir or out / "checkpoints")
     has_ckpt = ckpts.is_dir() and any(ckpts.glob("ckpt-*.json"))
-    if has_ckpt and not spec.resume:
+    if has_ckpt and not config.resume:
         raise UserError(
             f"{out} already holds checkpoints of a run: pass --resume to continue "
             "it, or choose another --out"
         )
-    if spec.resume and not has_ckpt:
+    if config.resume and not has_ckpt:
         raise UserError(f"--resume: no checkpoint found in {ckpts}")
     devices = load_devices()
     kinds = set(spec.kinds) | {e.kind for e in spec.events if e.kind}
@@ -126,8 +90,8 @@ def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
-    out = pathlib.Path(spec.out)
-    if not spec.resume:
+    out = pathlib.Path(spec.config.out)
+    if not spec.config.resume:
         for stale in ("metrics.jsonl", "result.json"):
             (out / stale).unlink(missing_ok=True)
     else:

@@ -50,7 +50,7 @@ class Worker:
 class Controller:
     def __init__(self, spec: RunSpec, speeds: Speeds, show_progress: bool):
         self.spec, self.speeds = spec, speeds
-        self.out = pathlib.Path(spec.out)
+        self.out = pathlib.Path(spec.config.out)
         (self.out / "logs").mkdir(exist_ok=True)
         self.metrics = self.out / "metrics.jsonl"
         # the listening socket must outlive the store that serves on it
@@ -61,10 +61,10 @@ class Controller:
         self.generation = 0
         self.pending = list(spec.events)
         self.steps_done, self._read_upto = 0, 0  # bytes of metrics.jsonl already read
-        self.progress = Progress(spec.steps) if show_progress else None
+        self.progress = Progress(spec.config.steps) if show_progress else None
         self.finished = False
         self.formed_at_step = 0  # steps done when the current generation was published
-        self.rng = random.Random(spec.seed or 0)  # picks the victims of `kill random`
+        self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
 
     # -- processes -------------------------------------------------------------------------
     def spawn(self, kind: str) -> Worker:
@@ -73,15 +73,14 @@ class Controller:
         env.update(
             SHOAL_STORE=f"127.0.0.1:{self.port}",
             SHOAL_WORKER_ID=wid,
-            SHOAL_QUIET="1",
             SHOAL_T0=repr(self.t0),
-            SHOAL_SLOWDOWN=f"{self.speeds.slowdown[kind]:.6g}",
             LOCAL_RANK=str(len(self.workers)),
+            **self.spec.worker_config(self.speeds.slowdown[kind]).to_env(),
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
         log = self.out / "logs" / f"{wid}.log"
         with open(log, "w") as f:
-            cmd = [sys.executable, "-m", "shoal.worker", *self.spec.worker_args()]
+            cmd = [sys.executable, "-m", "shoal.worker"]  # the configuration is in SHOAL_CONFIG
             proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
         self.workers[wid] = Worker(wid, kind, proc, log)
         return self.workers[wid]

@@ -9,7 +9,8 @@ the newest checkpoint whose checksum matches, warning (one line) about any it sk
 refuses one that belongs to another job.
 
 `AsyncCheckpointer` takes a snapshot on the training thread (tensors cloned to CPU) and writes
-it on a background thread, so training continues while the bytes go out.
+it on a background thread, so training continues while the bytes go out; `Checkpointer` owns
+the run's cadence (by steps and by seconds) and the final checkpoint.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import json
 import pickle
 import re
 import threading
+import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -154,3 +157,38 @@ class AsyncCheckpointer:
         if self.error is not None:
             error, self.error = self.error, None
             raise error
+
+
+class Checkpointer:
+    """The run's durable checkpoints at their cadence: every `every` steps and every `seconds`
+    seconds (0: off), written in the background, plus the final one, written at once."""
+
+    def __init__(
+        self, url: str, fingerprint: str, every: int = 0, seconds: float = 0.0, keep: int = 3
+    ):
+        self.url, self.fingerprint, self.every, self.seconds = url, fingerprint, every, seconds
+        self.keep, self.writer = keep, AsyncCheckpointer(url, fingerprint, keep)
+        self.last = time.monotonic()
+
+    def due(self, step: int) -> bool:
+        by_steps = self.every > 0 and step % self.every == 0
+        by_time = self.seconds > 0 and time.monotonic() - self.last >= self.seconds
+        return by_steps or by_time
+
+    def maybe_save(self, step: int, state_fn: Callable[[], dict]) -> bool:
+        """Save the state after `step` steps if the cadence says so (`state_fn` is called only
+        then: gathering the state is not free)."""
+        if not self.due(step):
+            return False
+        self.writer.save(step, state_fn())
+        self.last = time.monotonic()
+        return True
+
+    def finish(self) -> None:
+        """Wait for the write in flight (and raise its error, if any)."""
+        self.writer.wait()
+
+    def final(self, step: int, state: dict) -> str:
+        """The end-of-run checkpoint, after any write in flight; returns its path."""
+        self.finish()
+        return save_checkpoint(self.url, step, state, self.fingerprint, self.keep)

@@ -11,6 +11,11 @@ generation's members; workers read it from the store:
 - `regroup/<g>`: the controller asks generation g to stop at the next step boundary (a join);
 - `ready/<id>`: a new worker has built its model and can be admitted.
 Each generation's process group lives under its own store prefix, so old and new never mix.
+
+Under torchrun the agent owns membership (`TorchrunMembership`): a generation is one life of
+the process, and a group that ends early is restarted whole, from the spool. Which of the two
+a worker has is decided once, from its environment (`connect`); the worker loop asks the
+`Membership` what to do and never branches on it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import datetime
 import json
 import os
 import socket
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.distributed as dist
@@ -60,6 +68,43 @@ def _timeout(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+class Membership(Protocol):
+    """Who a worker trains with, generation after generation."""
+
+    worker_id: str
+    restarted: bool  # an earlier life of this process's group may have left a spool
+    may_hold_state: bool  # this run's spool or checkpoints, if any, are ours to resume from
+
+    def announce_ready(self) -> None:
+        """The model is built: this worker can be admitted."""
+
+    def join(self) -> Group | None:
+        """The next generation with this worker in it; None if the run is over."""
+
+    def regroup_requested(self) -> bool:
+        """Whether the controller asks the current generation to stop at a step boundary."""
+
+    def on_lost(self, spool: Callable[[], None], exit_code: int) -> int | None:
+        """The generation ended before the last step. Either the caller joins the next one
+        (None), or this process spools its state and exits with the code returned."""
+
+    def leave_generation(self) -> None:
+        """This generation is over; the next join waits for a later one."""
+
+    def announce_left(self, steps_done: int) -> None:
+        """A graceful leave after `steps_done` steps."""
+
+
+def connect(backend: str) -> Membership:
+    """The membership this process was started under: the controller's store when `shoal run`
+    set SHOAL_STORE, torchrun's agent otherwise."""
+    address = os.environ.get("SHOAL_STORE")
+    if not address:
+        return TorchrunMembership(backend)
+    host, port = address.rsplit(":", 1)
+    return StoreMembership(os.environ["SHOAL_WORKER_ID"], host, int(port), backend)
+
+
 class StoreMembership:
     """A worker's side of the controller's rendezvous protocol."""
 
@@ -71,10 +116,15 @@ class StoreMembership:
         backend: str,
         op_timeout_s: float = 30.0,
     ):
-        self.id, self.backend = worker_id, backend
+        self.id = self.worker_id = worker_id
+        self.backend, self.address = backend, (host, port)
         self.store = dist.TCPStore(host, port, is_master=False, timeout=_timeout(3600))
         self.op_timeout_s = op_timeout_s
-        self.generation = int(os.environ.get("SHOAL_GENERATION", "0"))
+        self.generation = 0
+        # the controller refuses a fresh run in a directory with checkpoints, so any found are
+        # this run's; nothing before this process spools
+        self.restarted, self.may_hold_state = False, True
+        self._watch: RegroupWatch | None = None
 
     def announce_ready(self) -> None:
         self.store.set(f"ready/{self.id}", "1")
@@ -120,6 +170,9 @@ class StoreMembership:
 
     def leave_generation(self) -> None:
         """This generation is over (failure or change): the next one is g + 1."""
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
@@ -128,11 +181,89 @@ class StoreMembership:
         self.generation += 1
 
     def regroup_requested(self) -> bool:
-        return self.store.check([f"regroup/{self.generation}"])
+        """A flag read; the first call of a generation starts its watcher (see RegroupWatch)."""
+        if self._watch is None:
+            self._watch = RegroupWatch(*self.address, f"regroup/{self.generation}")
+        return self._watch.requested.is_set()
+
+    def on_lost(self, spool: Callable[[], None], exit_code: int) -> int | None:
+        return None  # the controller publishes the next generation; the state is in the group
 
     def announce_left(self, steps_done: int) -> None:
         """A graceful leave: tell the controller the step boundary this worker left at."""
         self.store.set(f"left/{self.id}", str(steps_done))
+
+
+class RegroupWatch:
+    """Watches the store for the controller's regroup request, on a daemon thread with its own
+    store client, at most every POLL_S: a round trip to the controller, which may sit across a
+    slow link, never lengthens a step, and the leader reads a flag between steps. The group acts
+    on a yes one step later, since the request itself travels in the next step's collective."""
+
+    POLL_S = 0.1
+
+    def __init__(self, host: str, port: int, key: str):
+        self.key, self.requested, self._stop = key, threading.Event(), threading.Event()
+        self._thread = threading.Thread(
+            target=self._watch, args=(host, port), name="shoal-regroup-watch", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self, host: str, port: int) -> None:
+        store = dist.TCPStore(host, port, is_master=False, timeout=_timeout(3600))
+        while not self._stop.is_set():
+            if store.check([self.key]):
+                self.requested.set()
+                return
+            self._stop.wait(self.POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class TorchrunMembership:
+    """Membership owned by torchrun: one generation per process life, from the environment
+    (RANK, WORLD_SIZE, TORCHELASTIC_RESTART_COUNT). A group that ends early is torchrun's to
+    restart: this process spools its state and exits."""
+
+    def __init__(self, backend: str):
+        self.backend, self.done = backend, False
+        self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        self.generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+        self.worker_id = f"w{self.rank}"
+        self.restarted = self.may_hold_state = self.generation > 0
+
+    def announce_ready(self) -> None:
+        pass  # torchrun's rendezvous admits the whole group at once
+
+    def join(self) -> Group | None:
+        if self.done:
+            return None
+        self.done = True
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group(self.backend, timeout=_timeout(60))
+        ids = tuple(f"w{r}" for r in range(self.world))
+        return Group(
+            self.generation,
+            self.rank,
+            self.world,
+            ids,
+            ("native",) * self.world,
+            (1.0,) * self.world,
+        )
+
+    def regroup_requested(self) -> bool:
+        return False
+
+    def on_lost(self, spool: Callable[[], None], exit_code: int) -> int | None:
+        spool()
+        return exit_code
+
+    def leave_generation(self) -> None:
+        pass
+
+    def announce_left(self, steps_done: int) -> None:
+        pass  # torchrun's agent sees the exit itself
 
 
 def broadcast_bytes(data: bytes | None, src: int, device: torch.device) -> bytes:

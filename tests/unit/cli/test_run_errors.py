@@ -90,3 +90,13 @@ def test_bad_flag_is_one_line(capsys):
         main(["run", DIGITS, "--steps", "x"])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flag", ["--replan-every", "--threads", "--steps"])
+def test_bad_count_fails_before_any_worker(capsys, tmp_path, flag):
+    """Caught by the configuration itself: no worker is started, nothing is written."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"), flag, "0"
+    )
+    assert code == 2 and f"{flag} must be >= 1, got 0" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()

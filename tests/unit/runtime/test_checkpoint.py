@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from shoal.errors import UserError
-from shoal.runtime.checkpoint import AsyncCheckpointer, load_latest, save_checkpoint
+from shoal.runtime.checkpoint import AsyncCheckpointer, Checkpointer, load_latest, save_checkpoint
 
 FP = "f" * 64
 
@@ -71,3 +71,35 @@ def test_async_writes_while_the_caller_goes_on(tmp_path):
     step, got = load_latest(str(tmp_path), FP)
     assert step == 3 and torch.equal(got["w"], torch.full((3,), 3.0))
     assert load_latest(str(tmp_path / "none"), FP) is None
+
+
+def test_checkpointer_cadence_by_steps(tmp_path):
+    ck = Checkpointer(str(tmp_path), FP, every=3)
+    asked = []
+
+    def state_fn(step):
+        asked.append(step)
+        return state(step)
+
+    saved = [s for s in range(1, 8) if ck.maybe_save(s, lambda s=s: state_fn(s))]
+    ck.finish()
+    assert saved == asked == [3, 6]  # the state is gathered only when a checkpoint is due
+    assert load_latest(str(tmp_path), FP)[0] == 6
+
+
+def test_checkpointer_cadence_by_seconds_and_final(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("shoal.runtime.checkpoint.time.monotonic", lambda: clock[0])
+    ck = Checkpointer(str(tmp_path), FP, seconds=10.0)
+    assert not ck.maybe_save(1, lambda: state(1))
+    clock[0] = 110.0
+    assert ck.maybe_save(2, lambda: state(2))
+    clock[0] = 115.0
+    assert not ck.maybe_save(3, lambda: state(3))  # the clock restarts at each checkpoint
+    ck.final(4, state(4))
+    assert load_latest(str(tmp_path), FP)[0] == 4
+
+
+def test_checkpointer_off_by_default(tmp_path):
+    ck = Checkpointer(str(tmp_path), FP)
+    assert not any(ck.maybe_save(s, lambda: pytest.fail("gathered")) for s in range(1, 50))

@@ -1,0 +1,75 @@
+"""Command-line flags generated from the configuration dataclasses in `shoal.config`.
+
+A flag is defined once, as a field's metadata; `add_flags` turns the fields of a dataclass
+(nested ones included, e.g. RunConfig.checkpoint) into argparse options and `from_args` builds
+the dataclass back from the parsed namespace. A command that reads a flag differently (`shoal
+run` takes `--resume DIR`, the torchrun entry a switch) passes an override for it, so argparse
+never needs editing after the fact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _dest(prefix: str, f: dataclasses.Field) -> str:
+    return f"{prefix}{f.name}"
+
+
+def _nested(f: dataclasses.Field) -> bool:
+    return not f.metadata and f.default_factory is not dataclasses.MISSING
+
+
+def _option(f: dataclasses.Field, dest: str) -> tuple[list[str], dict[str, Any]]:
+    meta = dict(f.metadata)
+    flag, short = meta.pop("flag"), meta.pop("short", None)
+    kind = str(f.type).replace(" | None", "")
+    kwargs: dict[str, Any] = {"help": meta.pop("help"), **meta}
+    if not flag.startswith("-"):  # a positional argument
+        return [flag], kwargs
+    kwargs["dest"] = dest
+    if kind == "bool":
+        kwargs["action"] = "store_true"
+    elif kind.startswith("tuple"):
+        kwargs.update(action="append", default=[])
+    else:
+        kwargs["type"] = _TYPES[kind]
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+    return [short, flag] if short else [flag], kwargs
+
+
+def add_flags(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    prefix: str = "",
+) -> None:
+    """Add one option per field of the dataclass `cls` that has a flag (recursing into nested
+    configuration dataclasses); `overrides` maps a flag to argparse keywords that replace the
+    generated ones for this command."""
+    overrides = overrides or {}
+    for f in dataclasses.fields(cls):
+        if _nested(f):
+            add_flags(parser, f.default_factory, overrides, f"{prefix}{f.name}_")
+        elif "flag" in f.metadata:
+            names, kwargs = _option(f, _dest(prefix, f))
+            kwargs.update(overrides.get(f.metadata["flag"], {}))
+            parser.add_argument(*names, **kwargs)
+
+
+def from_args(cls: type, args: argparse.Namespace, prefix: str = "", **given: Any):
+    """Build `cls` from parsed flags; `given` supplies (or replaces) top-level fields."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif _nested(f):
+            values[f.name] = from_args(f.default_factory, args, f"{prefix}{f.name}_")
+        elif "flag" in f.metadata:
+            values[f.name] = getattr(args, _dest(prefix, f))
+    return cls(**values)

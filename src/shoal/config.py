@@ -1,0 +1,199 @@
+"""A run's configuration, typed: what `shoal run` and the torchrun entry accept, checked once.
+
+Each flag is defined once, as a dataclass field whose metadata (`flag`, `help`, `metavar`,
+`choices`) the CLI turns into an argparse option (`shoal.cli.flags`). A configuration crosses
+from the launcher to a worker process as JSON in one environment variable (`SHOAL_CONFIG`,
+`to_env` / `from_env`), so no argv is built by hand. Validation lives in `__post_init__`: a bad
+value fails with one line naming the flag, in the launcher, before any worker starts.
+Pure: no torch, no argparse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+
+from shoal.errors import UserError
+
+CONFIG_ENV = "SHOAL_CONFIG"
+
+
+def _flag(flag: str, help: str, **extra) -> dict:
+    return {"flag": flag, "help": help, **extra}
+
+
+def _at_least(value: float | None, low: float, flag: str) -> None:
+    if value is not None and not value >= low:  # `not >=` also refuses NaN
+        raise UserError(f"{flag} must be >= {low:g}, got {value}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Durable checkpoints: their cadence (by steps and by seconds) and where they go."""
+
+    every: int = field(
+        default=0,
+        metadata=_flag(
+            "--checkpoint-every",
+            "durable checkpoint cadence in steps (0: only at the end)",
+            metavar="STEPS",
+        ),
+    )
+    seconds: float = field(
+        default=0.0,
+        metadata=_flag(
+            "--checkpoint-seconds",
+            "durable checkpoint cadence in seconds (0: off)",
+            metavar="SECONDS",
+        ),
+    )
+    dir: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--checkpoint-dir",
+            "directory or fsspec URL for checkpoints (default: OUT/checkpoints)",
+            metavar="DIR|URL",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        _at_least(self.every, 0, "--checkpoint-every")
+        _at_least(self.seconds, 0, "--checkpoint-seconds")
+
+
+@dataclass(frozen=True)
+class EmulationConfig:
+    """How a CPU worker emulates a device kind: run `slowdown` times slower than measured, or
+    (a fixed yardstick for benchmarks) take `host_s` seconds per micro-batch at slowdown 1.
+    Not flags: `shoal run` sets the slowdown per worker from the catalog; a torchrun user or a
+    bench sets SHOAL_SLOWDOWN / SHOAL_EMULATED_HOST_S (see docs/environment.md)."""
+
+    slowdown: float = 1.0
+    host_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # the same bounds as the Pacer's, checked here so that `shoal run` refuses them up front
+        if not self.slowdown >= 1.0:
+            raise UserError(f"SHOAL_SLOWDOWN (slowdown) must be >= 1, got {self.slowdown}")
+        if self.host_s is not None and not self.host_s > 0:
+            raise UserError(f"SHOAL_EMULATED_HOST_S must be > 0 seconds, got {self.host_s}")
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str] | None = None) -> EmulationConfig:
+        env = os.environ if environ is None else environ
+        try:
+            slowdown = float(env.get("SHOAL_SLOWDOWN") or 1.0)
+            fixed = env.get("SHOAL_EMULATED_HOST_S")
+            host_s = float(fixed) if fixed else None
+        except ValueError as exc:
+            raise UserError(f"SHOAL_EMULATED_HOST_S / SHOAL_SLOWDOWN: {exc}") from None
+        return cls(slowdown, host_s)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What one worker process needs to train a job: shared by every worker of a run."""
+
+    job: str = field(metadata=_flag("job", "job file defining make_job(**options)"))
+    steps: int = field(
+        metadata=_flag("--steps", "number of optimizer steps", metavar="N", required=True)
+    )
+    out: str = field(
+        metadata=_flag(
+            "--out", "run directory for metrics, result, checkpoints", metavar="DIR", required=True
+        )
+    )
+    consistency: str = field(
+        default="exact",
+        metadata=_flag(
+            "--consistency",
+            "exact: the same bits on any group; fast: a float all-reduce like DDP",
+            choices=("exact", "fast"),
+        ),
+    )
+    seed: int | None = field(
+        default=None, metadata=_flag("--seed", "override the job's seed", metavar="N")
+    )
+    options: tuple[str, ...] = field(
+        default=(),
+        metadata=_flag(
+            "--option", "passed to make_job (repeatable)", metavar="KEY=VALUE", short="-o"
+        ),
+    )
+    replan_every: int = field(
+        default=5, metadata=_flag("--replan-every", "re-plan every N steps", metavar="N")
+    )
+    max_micro_batches: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--max-micro-batches",
+            "at most N micro-batches per worker per step (e.g. a memory limit)",
+            metavar="N",
+        ),
+    )
+    threads: int = field(
+        default=1,
+        metadata=_flag(
+            "--threads",
+            "intra-op threads per worker (pinned: kernels may sum differently with another "
+            "thread count)",
+            metavar="N",
+        ),
+    )
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: bool = field(
+        default=False,
+        metadata=_flag("--resume", "continue from the newest valid checkpoint of this job"),
+    )
+    emulation: EmulationConfig = field(default_factory=EmulationConfig)
+
+    def __post_init__(self) -> None:
+        _at_least(self.steps, 1, "--steps")
+        _at_least(self.threads, 1, "--threads")
+        _at_least(self.replan_every, 1, "--replan-every")
+        _at_least(self.max_micro_batches, 1, "--max-micro-batches")
+        object.__setattr__(self, "options", tuple(self.options))
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        raw = json.loads(text)
+        raw["checkpoint"] = CheckpointConfig(**raw["checkpoint"])
+        raw["emulation"] = EmulationConfig(**raw["emulation"])
+        return cls(**raw)
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that carries this configuration to a worker process."""
+        return {CONFIG_ENV: self.to_json()}
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> RunConfig | None:
+        """The configuration a launcher handed this process, or None (started by torchrun)."""
+        text = (os.environ if environ is None else environ).get(CONFIG_ENV)
+        return cls.from_json(text) if text else None
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """`shoal run`'s own flags, beside the workers' RunConfig."""
+
+    workers: str = field(
+        metadata=_flag(
+            "--workers",
+            "device kinds, one per worker: e.g. v100,k80,k80 or 2xv100,k80",
+            metavar="SPEC",
+            required=True,
+        )
+    )
+    events: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--events",
+            "injected events, e.g. 'step 10: kill 1; step 20: add k80; step 35: notice 0 30s'",
+            metavar="FILE|LIST",
+        ),
+    )
