@@ -93,9 +93,10 @@ def test_schedule_tp():
 
 
 def test_step_time():
-    argv = ["bench/step_time.py", "--steps", "3", "--warmup", "1", "--repeats", "1"]
-    rows = json_lines(run(argv).stdout)
-    assert rows
+    # One job (conv) of the two: each side's processes take seconds to start.
+    argv = ["bench/step_time.py", "--job", "conv", "--steps", "4", "--warmup", "1"]
+    rows = json_lines(run([*argv, "--repeats", "1"]).stdout)
+    assert [r["job"] for r in rows] == ["conv"]
     for row in rows:
         assert set(row["step_time_s"]) >= {"ddp", "exact", "fast"}
         assert all(_positive(t) for t in row["step_time_s"].values())
@@ -103,7 +104,7 @@ def test_step_time():
 
 
 def test_hetero_throughput():
-    argv = ["bench/hetero_throughput.py", "--steps", "3", "--warmup", "1", "--repeats", "1"]
+    argv = ["bench/hetero_throughput.py", "--steps", "4", "--warmup", "1", "--repeats", "1"]
     (row,) = json_lines(run(argv).stdout)
     assert _positive(row["ideal_samples_per_s"])
     for key in ("shoal_over_ddp", "shoal_over_own_equal_split", "shoal_over_ideal"):
