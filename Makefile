@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,9 +17,15 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/shoal demo
 
+# The whole suite (multi-process and slow tests included) and the formatter's verdict.
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/python -m pytest
+
+# The quick selection for the edit-test loop (under a minute on 2 cores).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not dist and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples

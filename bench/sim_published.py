@@ -1,9 +1,9 @@
 """Our figures beside published ones: Pollux workload-6 and EasyScale's workload.
 
 Pollux (OSDI'21 artifact, workload-6 on 16x4 T4): average JCT Pollux 2446 s, Tiresias 3470 s.
-EasyScale (SC'23 artifact, 68-row workload on 32 V100 + 16 P100 + 16 T4; reference data read from
-/work/shared/data/easyscale, skipped if absent): average JCT / makespan YARN-CS 8905 / 16560,
-EasyScale-homo 1071 / 6720, EasyScale-heter 677 / 6000. Prints JSON lines.
+EasyScale (SC'23 artifact, 68-row workload on 32 V100 + 16 P100 + 16 T4; reference data read
+from ../shared/data/easyscale beside the repository, skipped if absent): average JCT / makespan
+YARN-CS 8905 / 16560, EasyScale-homo 1071 / 6720, EasyScale-heter 677 / 6000. Prints JSON lines.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 from shoal.sim.run import simulate
 
-EASYSCALE = Path("/work/shared/data/easyscale/simulator_workloads_test.csv")
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"  # beside the repository
+EASYSCALE = SHARED / "data" / "easyscale" / "simulator_workloads_test.csv"
 POLLUX_PUBLISHED = {"pollux": 2446.0, "tiresias": 3470.0}
 EASYSCALE_PUBLISHED = {
     "yarn-cs": (8904.9685, 16560.0),

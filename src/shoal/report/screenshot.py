@@ -7,6 +7,7 @@ the local page and its PNGs. `--no-sandbox` is needed when running as root in a 
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from shoal.errors import UserError
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSER_ENV = "SHOAL_BROWSER"  # a browser path or name that overrides the search on PATH
 FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -28,7 +30,11 @@ FLAGS = (
 
 
 def find_chromium() -> str | None:
-    """The first Chromium-like browser on PATH, or None."""
+    """$SHOAL_BROWSER if set (a path, or a name on PATH), else the first Chromium-like browser
+    on PATH, or None."""
+    chosen = os.environ.get(BROWSER_ENV)
+    if chosen:
+        return shutil.which(chosen)
     for name in CHROMIUM_NAMES:
         path = shutil.which(name)
         if path:

@@ -106,6 +106,83 @@ def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bo
     return any(f == fusion and bs >= b and ratio <= r for b, r, f in failed)
 
 
+def _check(memory_cap_mb: float, n_trials: int, objective: str) -> None:
+    if memory_cap_mb <= 0:
+        raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
+    if n_trials < 1:
+        raise ValueError(f"number of trials must be >= 1, got {n_trials}")
+    if objective not in ("throughput", "cpu"):
+        raise ValueError(f"objective must be 'throughput' or 'cpu', got {objective!r}")
+
+
+def _sampler(grid: dict[str, list[Any]], space: SearchSpace, n_trials: int, seed: int) -> Any:
+    import optuna
+
+    if n_trials >= space.size:
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)  # reads the trials' set_constraint
+
+
+def _measured(number: int, knobs: tuple[int, float, bool], out: TrialOutcome) -> TrialRecord:
+    return TrialRecord(
+        number,
+        *knobs,
+        status=out.status,
+        samples_per_s=out.samples_per_s,
+        peak_memory_mb=out.peak_memory_mb,
+        step_time_s=out.step_time_s,
+        cpu_time_s=out.cpu_time_s,
+        detail=out.detail,
+    )
+
+
+@dataclass
+class _Search:
+    """The state of one search: what was looked at, and which points failed the cap."""
+
+    base: TrialSpec
+    grid: dict[str, list[Any]]
+    run: MeasureFn
+    result: TuneResult
+    on_trial: Callable[[TrialRecord], None] | None
+    seen: dict[tuple[int, float, bool], TrialRecord] = field(default_factory=dict)
+    failed: list[tuple[int, float, bool]] = field(default_factory=list)
+
+    def record(self, knobs: tuple[int, float, bool]) -> TrialRecord:
+        if knobs in self.seen:  # TPE may propose a point twice; reuse the measurement
+            return self.seen[knobs]
+        if _dominated(knobs, self.failed):
+            rec = TrialRecord(len(self.result.trials), *knobs, status="pruned", detail="dominated")
+        else:
+            spec = dataclasses.replace(
+                self.base, micro_batch_size=knobs[0], ckpt_ratio=knobs[1], fusion=knobs[2]
+            )
+            rec = _measured(
+                len(self.result.trials), knobs, self.run(spec, self.result.memory_cap_mb)
+            )
+            if rec.status in ("over_cap", "oom"):
+                self.failed.append(knobs)
+        self.seen[knobs] = rec
+        self.result.trials.append(rec)
+        if self.on_trial is not None:
+            self.on_trial(rec)
+        return rec
+
+    def __call__(self, trial: Any) -> float:
+        """Optuna's objective: look at the proposed point, report its score and constraint."""
+        knobs = (
+            trial.suggest_categorical("micro_batch_size", self.grid["micro_batch_size"]),
+            trial.suggest_categorical("ckpt_ratio", self.grid["ckpt_ratio"]),
+            trial.suggest_categorical("fusion", self.grid["fusion"]),
+        )
+        rec = self.record(knobs)
+        cap = self.result.memory_cap_mb
+        # Optuna's convention: a constraint value <= 0 is satisfied.
+        excess = (rec.peak_memory_mb - cap) if rec.peak_memory_mb is not None else 1.0
+        trial.set_constraint("peak_over_cap_mb", excess if rec.feasible else max(excess, 1.0))
+        return rec.score(self.result.objective)
+
+
 def tune(
     base: TrialSpec,
     space: SearchSpace,
@@ -127,64 +204,16 @@ def tune(
     """
     import optuna
 
-    if memory_cap_mb <= 0:
-        raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
-    if n_trials < 1:
-        raise ValueError(f"number of trials must be >= 1, got {n_trials}")
-    if objective not in ("throughput", "cpu"):
-        raise ValueError(f"objective must be 'throughput' or 'cpu', got {objective!r}")
-    run = measure or (lambda spec, cap: run_trial(spec, memory_cap_mb=cap))
+    _check(memory_cap_mb, n_trials, objective)
     grid = {
         "micro_batch_size": list(space.micro_batch_sizes),
         "ckpt_ratio": list(space.ckpt_ratios),
         "fusion": list(space.fusion),
     }
-    if n_trials >= space.size:
-        sampler: Any = optuna.samplers.GridSampler(grid, seed=seed)
-    else:
-        sampler = optuna.samplers.TPESampler(seed=seed)  # reads the trials' set_constraint
-    study = optuna.create_study(direction="maximize", sampler=sampler)
+    run = measure or (lambda spec, cap: run_trial(spec, memory_cap_mb=cap))
     result = TuneResult(memory_cap_mb, objective)
-    seen: dict[tuple[int, float, bool], TrialRecord] = {}
-    failed: list[tuple[int, float, bool]] = []
-
-    def objective(trial: Any) -> float:
-        knobs = (
-            trial.suggest_categorical("micro_batch_size", grid["micro_batch_size"]),
-            trial.suggest_categorical("ckpt_ratio", grid["ckpt_ratio"]),
-            trial.suggest_categorical("fusion", grid["fusion"]),
-        )
-        if knobs in seen:  # TPE may propose a point twice; reuse the measurement
-            rec = seen[knobs]
-        elif _dominated(knobs, failed):
-            rec = TrialRecord(len(result.trials), *knobs, status="pruned", detail="dominated")
-        else:
-            spec = dataclasses.replace(
-                base, micro_batch_size=knobs[0], ckpt_ratio=knobs[1], fusion=knobs[2]
-            )
-            out = run(spec, memory_cap_mb)
-            rec = TrialRecord(
-                len(result.trials),
-                *knobs,
-                status=out.status,
-                samples_per_s=out.samples_per_s,
-                peak_memory_mb=out.peak_memory_mb,
-                step_time_s=out.step_time_s,
-                cpu_time_s=out.cpu_time_s,
-                detail=out.detail,
-            )
-            if out.status in ("over_cap", "oom"):
-                failed.append(knobs)
-        if knobs not in seen:
-            seen[knobs] = rec
-            result.trials.append(rec)
-            if on_trial is not None:
-                on_trial(rec)
-        # Optuna's convention: a constraint value <= 0 is satisfied.
-        excess = (rec.peak_memory_mb - memory_cap_mb) if rec.peak_memory_mb is not None else 1.0
-        trial.set_constraint("peak_over_cap_mb", excess if rec.feasible else max(excess, 1.0))
-        return rec.score(objective)
-
+    search = _Search(base, grid, run, result, on_trial)
+    study = optuna.create_study(direction="maximize", sampler=_sampler(grid, space, n_trials, seed))
     # The budget counts distinct configurations: TPE may propose a point again, which costs no
     # measurement, so keep asking (up to a bound) until the budget or the grid is used up.
     wanted = min(n_trials, space.size)
@@ -193,5 +222,5 @@ def tune(
         if len(result.trials) >= wanted:
             study.stop()
 
-    study.optimize(objective, n_trials=10 * wanted, callbacks=[stop_when_done])
+    study.optimize(search, n_trials=10 * wanted, callbacks=[stop_when_done])
     return result

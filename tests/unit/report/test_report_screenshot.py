@@ -1,19 +1,20 @@
 """The report as a reader sees it: rendered by headless Chromium, screenshot checked."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
 
-from shoal.report.screenshot import screenshot
+from shoal.report.screenshot import CHROMIUM_NAMES, find_chromium, screenshot
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = find_chromium()
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason=f"no browser: set $SHOAL_BROWSER or put one of {CHROMIUM_NAMES} on PATH",
+)
 def test_headless_chromium_shows_the_plots(rendered, tmp_path):
-    shot = screenshot(rendered / "report.html", tmp_path / "shot.png", chromium=str(CHROMIUM))
+    shot = screenshot(rendered / "report.html", tmp_path / "shot.png", chromium=CHROMIUM)
     assert shot.stat().st_size > 10_000
     with Image.open(shot) as im:
         assert im.size == (1280, 2000)
@@ -25,3 +26,13 @@ def test_headless_chromium_shows_the_plots(rendered, tmp_path):
     pixels = np.asarray(rgb, dtype=np.int16)
     coloured = int(((pixels.max(axis=2) - pixels.min(axis=2)) > 80).sum())
     assert coloured > 30_000, f"only {coloured} coloured pixels: plots missing?"
+
+
+def test_shoal_browser_overrides_the_search(monkeypatch, tmp_path):
+    fake = tmp_path / "my-browser"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("SHOAL_BROWSER", str(fake))
+    assert find_chromium() == str(fake)
+    monkeypatch.setenv("SHOAL_BROWSER", str(tmp_path / "absent"))
+    assert find_chromium() is None

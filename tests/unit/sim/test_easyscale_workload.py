@@ -12,7 +12,9 @@ import pytest
 
 from shoal.sim.run import simulate
 
-DATA = Path("/work/shared/data/easyscale/simulator_workloads_test.csv")
+# Reference data lives beside the repository, in ../shared (not shipped with shoal).
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+DATA = SHARED / "data" / "easyscale" / "simulator_workloads_test.csv"
 
 
 @pytest.mark.skipif(not DATA.is_file(), reason="EasyScale reference data absent")

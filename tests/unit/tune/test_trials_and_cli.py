@@ -29,6 +29,7 @@ def test_tensor_parallel_trial_on_two_gloo_ranks():
     assert 20 < out.peak_memory_mb < 100_000
 
 
+@pytest.mark.slow  # starts a trial process
 def test_trial_over_the_cap_is_killed_and_reported():
     spec = TrialSpec(model_config=TINY, micro_batch_size=1, seq_len=8, steps=1, threads=1)
     out = run_trial(spec, memory_cap_mb=1.0)
@@ -36,6 +37,7 @@ def test_trial_over_the_cap_is_killed_and_reported():
     assert out.samples_per_s is None and "cap" in out.detail
 
 
+@pytest.mark.slow  # starts a trial process
 def test_failing_trial_is_an_error_with_the_message():
     spec = TrialSpec(model_config={"n_layer": 1}, seq_len=8, steps=1, threads=1)
     spec = TrialSpec.from_json(spec.to_json().replace('"n_layer": 1', '"n_layers": 1'))
@@ -44,6 +46,7 @@ def test_failing_trial_is_an_error_with_the_message():
     assert "n_layers" in out.detail
 
 
+@pytest.mark.slow  # starts a trial process
 def test_cli_tunes_a_checkpointed_trial_and_writes_it(tmp_path, capsys):
     # One real trial (process start-up dominates): GPT with every block checkpointed.
     db = tmp_path / "tune.json"
