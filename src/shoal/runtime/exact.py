@@ -28,6 +28,9 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
+
+from shoal.runtime.membership import collective
 
 MARGIN_BITS = 8  # the bound sits 2**8 above the previous step's largest mean gradient
 SLACK_BITS = 4  # ... or up to 2**4 higher still, rather than move by a bit or two every step
@@ -104,6 +107,29 @@ class FixedPointAccumulator:
                 self.acc.copy_(q)
             self._summing = True
         g.zero_()
+
+    # -- around the step's collective: the one place that decides a pass is not usable ---------
+    def agree_bounds(self, world_size: int) -> bool:
+        """Before the collective: if this pass was a probe, agree on exact bounds (a MAX
+        all-reduce of each tensor's largest magnitude) and return True: a probe has no sum to
+        reduce, and the step is computed again, summing."""
+        if not self.probing:
+            return False
+        global_max = self.local_max.clone()
+        if world_size > 1:
+            collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
+        self.rebound(global_max)
+        return True
+
+    def settle(self, any_overflow: bool, summed: torch.Tensor) -> bool:
+        """After the collective: `any_overflow` is the summed overflow flag (`self.overflow`
+        of every worker). Decode the mean gradient and return True; or, if some worker's
+        integers exceeded the bound, return False: the next pass probes, then sums again."""
+        if any_overflow:
+            self.probe_next = True
+            return False
+        self.decode(summed)
+        return True
 
     # -- after the collective ----------------------------------------------------------------
     def decode(self, summed: torch.Tensor) -> None:

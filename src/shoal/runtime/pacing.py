@@ -16,7 +16,8 @@ back to back, then waits until they have taken `slowdown` times the host's time 
   rather than slept (see `_wait`).
 - While it waits, the worker's host does what a real device's host does while the device
   computes: it reads the micro-batches of its next step (the DDP baseline's slow rank, too,
-  reads inside its kind's time).
+  reads inside its kind's time). The trainer does that reading itself, between `target_s`
+  and `wait_out`: the pacer only keeps the time.
 - Until a step has been measured there is no yardstick, and the worker runs at host speed.
 
 A benchmark that compares runs fixes the yardstick instead (`host_s`, or the environment
@@ -31,7 +32,6 @@ import collections
 import os
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shoal.errors import UserError
@@ -59,27 +59,25 @@ class Pacer:
         if self.slowdown != 1.0:
             self._recent.append(host_s)
 
-    def pad(
-        self,
-        num_micro_batches: int,
-        elapsed_s: float,
-        meanwhile: Callable[[], None] | None = None,
-    ) -> float:
-        """Sleep until `num_micro_batches` micro-batches, computed in `elapsed_s`, have taken
-        this kind's time for them; return that time. `meanwhile` is host work that a real
-        device's host would do while the device computes (reading the next micro-batches):
-        it runs first, inside that time."""
+    def target_s(self, num_micro_batches: int) -> float | None:
+        """This kind's time for `num_micro_batches` micro-batches; None: it runs at the host's
+        speed (no slowdown, or no yardstick yet) and nothing is waited out."""
         if self.slowdown == 1.0 or not (self.host_s or self._recent):
-            return elapsed_s
+            return None
         host_s = self.host_s or statistics.median(self._recent)
-        target = self.slowdown * num_micro_batches * host_s
-        if meanwhile is not None:
-            started = time.perf_counter()
-            meanwhile()
-            elapsed_s += time.perf_counter() - started
-        if target > elapsed_s:
-            _wait(target - elapsed_s)
-        return max(elapsed_s, target)
+        return self.slowdown * num_micro_batches * host_s
+
+    def wait_out(self, target_s: float, elapsed_s: float) -> float:
+        """Wait until work that has taken `elapsed_s` has taken `target_s`; return the longer."""
+        if target_s > elapsed_s:
+            _wait(target_s - elapsed_s)
+        return max(elapsed_s, target_s)
+
+    def pad(self, num_micro_batches: int, elapsed_s: float) -> float:
+        """Sleep until `num_micro_batches` micro-batches, computed in `elapsed_s`, have taken
+        this kind's time for them; return that time."""
+        target = self.target_s(num_micro_batches)
+        return elapsed_s if target is None else self.wait_out(target, elapsed_s)
 
 
 def _wait(seconds: float) -> None:

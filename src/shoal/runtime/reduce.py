@@ -11,12 +11,13 @@ Everything a step must share is packed into one int64 tensor and summed:
   leaves after this step, whether the group must regroup) and the overflow flag of the exact
   sum.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
-While it is in flight the worker does the work that does not need its result (`overlap`).
+`StepScalars` lays out its scalar part by name. `StepReducer.start` sends the message and
+returns a `PendingStep`; the trainer does the work that does not need the step's result, then
+waits on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.runtime.exact import FixedPointAccumulator, flat_gradients
-from shoal.runtime.membership import collective, peer_failures
+from shoal.runtime.membership import peer_failures
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -43,19 +44,80 @@ def from_bits(bits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return bits.to(_INT_OF_SIZE[like.element_size()]).view(like.dtype).view(like.shape)
 
 
+class StepScalars:
+    """The step's scalars in the message, by name: losses (one per micro-batch), seconds per
+    micro-batch at this kind's speed and at the host's, leaving (one each per worker), then
+    the regroup request and the exact sum's overflow. Each worker writes only its own slots
+    and zeros elsewhere, so the sum holds everyone's; float64 values travel as their bits."""
+
+    def __init__(self, num_micro_batches: int, world_size: int):
+        M, W = num_micro_batches, world_size
+        self.losses = slice(0, M)
+        self.seconds = slice(M, M + W)
+        self.host_seconds = slice(M + W, M + 2 * W)
+        self.leaving = slice(M + 2 * W, M + 3 * W)
+        self.regroup, self.overflow = M + 3 * W, M + 3 * W + 1
+        self.size = M + 3 * W + 2
+        self.world_size = world_size
+
+    def pack(
+        self,
+        rank: int,
+        losses: dict[int, float],
+        timing: tuple[float, float] | None,
+        leaving: bool,
+        regroup: bool,
+        overflow: bool,
+    ) -> np.ndarray:
+        mine = np.zeros(self.size, dtype=np.int64)
+        floats = mine.view(np.float64)
+        for j, loss in losses.items():
+            floats[self.losses.start + j] = loss
+        if timing is not None:
+            floats[self.seconds.start + rank], floats[self.host_seconds.start + rank] = timing
+        mine[self.leaving.start + rank] = leaving
+        mine[self.regroup], mine[self.overflow] = regroup, overflow
+        return mine
+
+    def overflowed(self, summed: np.ndarray) -> bool:
+        return bool(summed[self.overflow] > 0)  # some worker's micro-batch exceeded its bound
+
+    def outcome(self, summed: np.ndarray) -> StepOutcome:
+        floats = summed.view(np.float64)
+
+        def seconds(part: slice) -> list[float | None]:
+            return [t if t > 0 else None for t in floats[part].tolist()]
+
+        return StepOutcome(
+            losses=floats[self.losses].tolist(),
+            seconds_per_micro_batch=seconds(self.seconds),
+            host_seconds_per_micro_batch=seconds(self.host_seconds),
+            leaving=[r for r in range(self.world_size) if summed[self.leaving][r] > 0],
+            regroup=bool(summed[self.regroup] > 0),  # anyone's request, not just this worker's
+        )
+
+
 @dataclass
 class StepOutcome:
-    ok: bool  # False: an exact-mode bound overflowed; the step must be recomputed
     losses: list[float]  # per micro-batch, index j
     seconds_per_micro_batch: list[float | None]  # per worker; None if it computed nothing
     host_seconds_per_micro_batch: list[float | None]  # the same, before emulation's padding
     leaving: list[int]  # ranks that leave the group after this step
     regroup: bool  # the group must re-form after this step (someone joins)
 
-    @classmethod
-    def redo(cls) -> StepOutcome:
-        """The step's sum is not usable yet: recompute it (with agreed or exact bounds)."""
-        return cls(False, [], [], [], [], False)
+
+class PendingStep:
+    """The step's collective in flight; `wait` gives its outcome, or None if the exact sum
+    overflowed and the step must be computed again."""
+
+    def __init__(self, reducer: StepReducer, in_flight: list):
+        self.reducer, self.in_flight = reducer, in_flight
+
+    def wait(self) -> StepOutcome | None:
+        with peer_failures():
+            for work in self.in_flight:
+                work.wait()
+        return self.reducer.finish()
 
 
 class StepReducer:
@@ -78,7 +140,8 @@ class StepReducer:
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
-            extra = self.num_buffer_bits + num_micro_batches + 3 * self.world_size + 2
+            self.scalars = StepScalars(num_micro_batches, self.world_size)
+            extra = self.num_buffer_bits + self.scalars.size
             self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints:]
         self.extra.zero_()  # the gradient's part is the accumulator's to reset
@@ -96,63 +159,46 @@ class StepReducer:
         if micro_batch == 0 and self.buffers:
             self.extra[: self.num_buffer_bits] = torch.cat([bits_of(b) for b in self.buffers])
 
-    def reduce(
-        self,
-        timing: tuple[float, float] | None,
-        leaving: bool = False,
-        regroup: bool = False,
-        overlap: Callable[[], None] | None = None,
-    ) -> StepOutcome:
-        """`timing`: this worker's seconds per micro-batch at its kind's speed and at the
-        host's; None if it computed nothing. `overlap`: work that does not need the step's
-        result (the next step's micro-batches, the leader's bookkeeping), done while the
-        collective is in flight."""
-        M, nb, W = self._num_micro_batches, self.num_buffer_bits, self.world_size
-        if self.fixed and self.fixed.probing:  # a probe pass: agree on exact bounds, recompute
-            self._rebound()
-            return StepOutcome.redo()
-        # this worker's scalars, zero where others write: losses | times | leaving | flags
-        mine = np.zeros(M + 3 * W + 2, dtype=np.int64)
-        floats = mine.view(np.float64)  # float64 slots travel as their bits
-        for j, loss in self.losses.items():
-            floats[j] = loss
-        if timing is not None:
-            floats[M + self.rank], floats[M + W + self.rank] = timing
-        mine[M + 2 * W + self.rank] = leaving
-        mine[-2:] = regroup, bool(self.fixed and self.fixed.overflow)
-        self.extra[nb:].copy_(torch.from_numpy(mine))
+    def agree_bounds(self) -> bool:
+        """After a probe pass: exact bounds are agreed and the step must be computed again
+        (True). Fast mode never probes."""
+        return bool(self.fixed and self.fixed.agree_bounds(self.world_size))
+
+    def start(
+        self, timing: tuple[float, float] | None, leaving: bool = False, regroup: bool = False
+    ) -> PendingStep:
+        """Send the step's message. `timing`: this worker's seconds per micro-batch at its
+        kind's speed and at the host's; None if it computed nothing."""
+        mine = self.scalars.pack(
+            self.rank,
+            self.losses,
+            timing,
+            leaving,
+            regroup,
+            bool(self.fixed and self.fixed.overflow),
+        )
+        self.extra[self.num_buffer_bits :].copy_(torch.from_numpy(mine))
         in_flight = []
-        if W > 1:
+        if self.world_size > 1:
             with peer_failures():
                 if self.fixed is None:
                     in_flight.append(dist.all_reduce(self.flat_grad, async_op=True))
                 in_flight.append(dist.all_reduce(self.buf, async_op=True))
-        if overlap is not None:
-            overlap()  # outside peer_failures: its own errors are not a peer's
-        with peer_failures():
-            for work in in_flight:
-                work.wait()
+        return PendingStep(self, in_flight)
+
+    def finish(self) -> StepOutcome | None:
+        """Read the summed message: the mean gradient and buffers into the model, the scalars
+        into an outcome; None if the exact sum must be recomputed."""
+        nb = self.num_buffer_bits
         extra = self.extra.cpu()
         summed = extra[nb:].numpy()
-        if summed[-1] > 0:  # some micro-batch exceeded its predicted bound
-            self.fixed.probe_next = True
-            return StepOutcome.redo()
-        self._write_buffers(extra[:nb])
         if self.fixed:
-            self.fixed.decode(self.buf[: self.fixed.numel])
+            if not self.fixed.settle(self.scalars.overflowed(summed), self.buf[: self.fixed.numel]):
+                return None
         else:
-            self.flat_grad /= M
-        floats = summed.view(np.float64)
-        times = [t if t > 0 else None for t in floats[M : M + 2 * W].tolist()]
-        leavers = [r for r in range(W) if summed[M + 2 * W + r] > 0]
-        regrouping = bool(summed[-2] > 0)  # anyone's request, not just this worker's
-        return StepOutcome(True, floats[:M].tolist(), times[:W], times[W:], leavers, regrouping)
-
-    def _rebound(self) -> None:
-        global_max = self.fixed.local_max.clone()
-        if self.world_size > 1:
-            collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
-        self.fixed.rebound(global_max)
+            self.flat_grad /= self._num_micro_batches
+        self._write_buffers(extra[:nb])
+        return self.scalars.outcome(summed)
 
     def _write_buffers(self, bits: torch.Tensor) -> None:
         offset = 0

@@ -7,11 +7,16 @@ backward, and folds the gradient into the step's exact sum. One collective then 
 worker the same mean gradient, buffers, losses and timings; every worker applies the same
 optimizer step and computes the same next plan.
 
-While the collective is in flight (an emulated slower kind: while it waits out its device
-time) the worker reads the micro-batches it will most likely compute in the next step (its
-share under the current plan), so that reading stays off the step's critical path. What a
-micro-batch reads, and the random draws of reading it, are pure functions of (seed, t, j), so
-reading early never changes a bit of the result.
+While the collective is in flight (an emulated slower kind: inside its device time, before
+it joins the collective) the worker reads the micro-batches it will most likely compute in
+the next step (its share under the current plan), so that reading stays off the step's
+critical path. What a micro-batch reads, and the random draws of reading it, are pure
+functions of (seed, t, j), so reading early never changes a bit of the result.
+
+The step reads top to bottom in `Trainer.train_step`; a step whose exact sum is not usable
+yet is computed again (exact.py decides when). Measured speeds are kept per worker id for
+the trainer's life (one `Rebalancer`), so a regroup keeps what the workers that stay have
+measured.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,9 +33,9 @@ import torch
 from shoal.control import Rebalancer
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
-from shoal.runtime.membership import PeerFailure
+from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
-from shoal.runtime.reduce import StepReducer
+from shoal.runtime.reduce import StepOutcome, StepReducer
 
 
 def seed_everything(seed: int) -> None:
@@ -91,96 +96,95 @@ class Trainer:
     def __init__(
         self,
         job: Job,
-        rank: int,
-        world_size: int,
-        consistency: str = "exact",
         device: torch.device | str = "cpu",
-        prior_s: Sequence[float] | None = None,
+        *,
+        consistency: str = "exact",
         pacer: Pacer | None = None,
         replan_every: int = 5,
         max_micro_batches: int | None = None,
     ):
-        self.job, self.rank, self.world_size = job, rank, world_size
-        self.device = torch.device(device)
+        self.job, self.device = job, torch.device(device)
         self.pacer = pacer or Pacer()
         seed_everything(micro_batch_seed(job.seed, -1, 0))  # identical initial weights everywhere
         self.model = job.model().to(self.device).train()
         self.optimizer = job.optimizer(self.model.parameters())
         self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
-        self.consistency, self.replan_every = consistency, replan_every
+        self.consistency = consistency
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
-        self.reducer = None
+        # one for the trainer's life: measured speeds are kept by worker id across regroups
+        self.rebalancer = Rebalancer(job.num_micro_batches, replan_every)
+        self.reducer: StepReducer | None = None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.read_samples = batch_reader(job.dataset, job.collate_fn)
         self.step, self.samples_seen = 0, 0
         # micro-batches read, by (step, stream offset, index): this step's and the next's
         self._read: dict[tuple[int, int, int], tuple[list[int], object]] = {}
         self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every use
-        self.regroup(rank, world_size, prior_s)
+        self.regroup(Group(0, 0, 1, ("w0",), ("native",), (1.0,)))
 
-    def regroup(self, rank: int, world_size: int, prior_s: Sequence[float] | None = None) -> None:
+    def regroup(self, group: Group) -> None:
         """Train with a new group: new rank and world size; the training state is kept."""
         state = self.reducer.state_dict() if self.reducer else None
-        self.rank, self.world_size = rank, world_size
-        self.reducer = StepReducer(self.model, self.consistency, rank, world_size)
+        self.rank, self.world_size = group.rank, group.world_size
+        self.reducer = StepReducer(self.model, self.consistency, self.rank, self.world_size)
         if state is not None:
             self.reducer.load_state_dict(state)
-        self.prior_s = list(prior_s or [1.0] * world_size)
-        self.rebalancer = None  # planned at the group's first step (a cap needs the real group)
+        caps = [self.max_micro_batches] * group.world_size
+        self.rebalancer.regroup(group.ids, group.priors, caps)
 
-    def _plan(self) -> Plan:
-        if self.rebalancer is None:
-            self.rebalancer = Rebalancer(self.job.num_micro_batches, self.replan_every)
-            ids = [f"r{r}" for r in range(self.world_size)]
-            self.rebalancer.regroup(ids, self.prior_s, [self.max_micro_batches] * self.world_size)
-        return self.rebalancer.plan
-
-    def train_step(
-        self,
-        leaving: bool = False,
-        regroup: bool = False,
-        overlap: Callable[[], None] | None = None,
-    ) -> StepRecord:
-        """One optimizer step. `overlap`: the caller's work that does not need this step's
-        result, done while its collective is in flight."""
-        start, plan = time.perf_counter(), self._plan()
+    def train_step(self, leaving: bool = False, regroup: bool = False) -> StepRecord:
+        """One optimizer step, top to bottom: compute this worker's share, send the step's
+        collective, read the next step's share while it is in flight (an emulated kind: inside
+        its device time, before it joins), wait, update, record."""
+        start, plan = time.perf_counter(), self.rebalancer.plan
         mine, redone = plan.indices(self.rank), 0
         bounds = self.reducer.state_dict()
         following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
-
-        def read_ahead() -> None:
-            for j in mine:  # the next step's share, if the plan stays as it is
-                self._micro_batch(self.step + 1, following, j)
-
-        def meanwhile() -> None:
-            read_ahead()  # done already if an emulated kind read ahead while it waited
-            if overlap is not None:
-                overlap()
-
-        while True:
-            times = self._compute(mine, plan.num_micro_batches)
-            # an emulated slower kind waits out its device time, reading ahead meanwhile
-            busy_s = self.pacer.pad(len(mine), sum(times), read_ahead)
-            # host speed: the median micro-batch, as a warm cache runs it (see pacing.py)
-            timing = (busy_s / len(mine), statistics.median(times)) if mine else None
-            try:
-                outcome = self.reducer.reduce(timing, leaving, regroup, meanwhile)
-            except PeerFailure:
-                self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
-                raise
-            if outcome.ok:
-                break
-            redone += 1  # a gradient exceeded its fixed-point bound: recompute with exact bounds
+        try:
+            while True:
+                times = self._compute(mine, plan.num_micro_batches)
+                busy_s = self._emulate(len(mine), sum(times), mine, following)
+                if self.reducer.agree_bounds():  # a probe pass: bounds agreed, sum now
+                    redone += 1
+                    continue
+                # host speed: the median micro-batch, as a warm cache runs it (see pacing.py)
+                timing = (busy_s / len(mine), statistics.median(times)) if mine else None
+                pending = self.reducer.start(timing, leaving, regroup)
+                self._read_ahead(mine, following)  # done already if an emulated kind waited
+                outcome = pending.wait()
+                if outcome is not None:
+                    break
+                redone += 1  # a gradient exceeded its fixed-point bound: probe, then sum again
+        except PeerFailure:
+            self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
+            raise
         self.optimizer.step()
         if self.scheduler:
             self.scheduler.step()
+        return self._record(plan, outcome, redone, time.perf_counter() - start)
+
+    def _emulate(self, n: int, compute_s: float, mine: range, following: int) -> float:
+        """An emulated slower kind reads ahead inside its device time, then waits out the
+        rest; returns its busy seconds (the compute's, at the host's speed)."""
+        target = self.pacer.target_s(n)
+        if target is None:
+            return compute_s
+        started = time.perf_counter()
+        self._read_ahead(mine, following)
+        return self.pacer.wait_out(target, compute_s + time.perf_counter() - started)
+
+    def _read_ahead(self, mine: range, following: int) -> None:
+        for j in mine:  # the next step's share, if the plan stays as it is
+            self._micro_batch(self.step + 1, following, j)
+
+    def _record(self, plan: Plan, outcome: StepOutcome, redone: int, step_s: float) -> StepRecord:
         record = StepRecord(
             step=self.step,
             loss=sum(outcome.losses) / len(outcome.losses),
             global_batch_size=plan.num_micro_batches * self.job.micro_batch_size,
             micro_batches=list(plan.counts),
             seconds_per_micro_batch=outcome.seconds_per_micro_batch,
-            step_time_s=time.perf_counter() - start,
+            step_time_s=step_s,
             redone=redone,
             leaving=outcome.leaving,
             regroup=outcome.regroup,
@@ -229,28 +233,3 @@ class Trainer:
             batch = self.read_samples(ids)
             self._read[key] = ids, to_device(batch, self.device)
         return self._read[key]
-
-
-class _ContractTrainer(Trainer):
-    """TEMP: the Trainer of contracts.md item 2 over today's, until the step branch lands."""
-
-    def __init__(
-        self,
-        job: Job,
-        device: torch.device | str = "cpu",
-        *,
-        consistency: str = "exact",
-        pacer: Pacer | None = None,
-        replan_every: int = 5,
-        max_micro_batches: int | None = None,
-    ):
-        super().__init__(job, 0, 1, consistency, device, None, pacer, replan_every, max_micro_batches)
-
-    def regroup(self, group, world_size=None, prior_s=None) -> None:
-        if world_size is None:
-            super().regroup(group.rank, group.world_size, group.priors)
-        else:
-            super().regroup(group, world_size, prior_s)
-
-
-Trainer = _ContractTrainer  # noqa: F811

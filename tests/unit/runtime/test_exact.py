@@ -39,15 +39,14 @@ def exact_mean(grads, partition, bounds=None, order_seed=0):
             for w in workers:
                 w.rebound(global_max)
             continue
-        if any(w.overflow for w in workers):  # the summed flag: everyone probes next
-            for w in workers:
-                w.probe_next = True
-            continue
         random.Random(order_seed).shuffle(accs)
         total = torch.zeros_like(accs[0])
         for a in accs:
             total += a
-        workers[0].decode(total)
+        overflowed = any(w.overflow for w in workers)  # the summed flag
+        if not all([w.settle(overflowed, total) for w in workers]):  # everyone probes next
+            assert all(w.probe_next for w in workers)
+            continue
         return workers[0].flat_grad.clone(), workers[0].bound_exp.clone()
 
 

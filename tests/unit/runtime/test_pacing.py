@@ -55,16 +55,15 @@ def test_fastest_kind_is_not_padded():
         Pacer(0.5)
 
 
-def test_host_work_runs_inside_the_emulated_time():
-    done = []
-
-    def read_ahead():
-        time.sleep(0.03)
-        done.append(1)
-
+def test_wait_out_counts_host_work_done_inside_the_emulated_time():
+    pacer = Pacer(3.0, host_s=0.02)
+    target = pacer.target_s(1)
+    assert target == pytest.approx(0.06)
     t0 = time.perf_counter()
-    assert Pacer(3.0, host_s=0.02).pad(1, 0.0, read_ahead) == pytest.approx(0.06)
-    assert done and time.perf_counter() - t0 < 0.075  # 0.06, not 0.06 + 0.03
-    # longer than the kind's time: the step takes as long as the host work
-    assert Pacer(3.0, host_s=0.001).pad(1, 0.0, read_ahead) >= 0.03
-    assert Pacer(1.0).pad(1, 0.0, read_ahead) == 0.0 and len(done) == 2  # no kind, no wait
+    time.sleep(0.03)  # host work (reading ahead) inside the kind's time
+    assert pacer.wait_out(target, time.perf_counter() - t0) == pytest.approx(0.06)
+    assert time.perf_counter() - t0 < 0.075  # 0.06, not 0.06 + 0.03
+    # longer than the kind's time: the step takes as long as the host work, without waiting
+    assert pacer.wait_out(0.01, 0.03) == 0.03
+    assert Pacer(1.0).target_s(1) is None  # no kind: nothing to wait out
+    assert Pacer(3.0).target_s(1) is None  # no yardstick yet

@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 
 import shoal
+from shoal.runtime.membership import Group
+from shoal.runtime.reduce import StepScalars
 from shoal.runtime.trainer import Trainer, batch_reader
 
 B, b = 16, 4
@@ -39,16 +41,16 @@ def job(dataset: NoisyReads) -> shoal.Job:
 
 def test_each_micro_batch_is_read_once_the_next_step_during_the_collective():
     data = NoisyReads()
-    trainer, overlaps = Trainer(job(data), 0, 1), []
-    for _ in range(3):  # step 0 in exact mode is computed twice (a probe first): read once
-        trainer.train_step(overlap=lambda: overlaps.append(trainer.step))
-    assert overlaps == [0, 1, 2]  # the caller's work ran once per step, inside it
+    trainer = Trainer(job(data))
+    records = [trainer.train_step() for _ in range(3)]
+    # step 0 in exact mode is computed twice (a probe first), yet each micro-batch is read once
+    assert [r.redone for r in records] == [1, 0, 0]
     assert data.reads == 4 * B  # steps 0-2, and step 3 read ahead during step 2's collective
     assert {step for step, _, _ in trainer._read} == {3}  # what was used is let go
 
 
 def test_what_a_micro_batch_reads_ignores_when_and_after_what_it_is_read():
-    first, second = Trainer(job(NoisyReads()), 0, 1), Trainer(job(NoisyReads()), 0, 1)
+    first, second = Trainer(job(NoisyReads())), Trainer(job(NoisyReads()))
     ids, (x, y) = first._micro_batch(5, 3 * B, 2)
     torch.rand(100)  # other draws, and other micro-batches read first, change nothing
     for j in range(4):
@@ -90,3 +92,31 @@ def test_a_reader_honours_getitems_and_a_custom_collate():
     assert torch.equal(x, data.x[[4, 1, 2]]) and torch.equal(y, data.y[[4, 1, 2]])
     tensors = torch.utils.data.TensorDataset(torch.arange(6.0))
     assert batch_reader(tensors, lambda samples: len(samples))([0, 5]) == 2  # not the fast path
+
+
+def test_measured_speeds_survive_a_regroup_by_worker_id():
+    trainer = Trainer(job(NoisyReads()), replan_every=1)
+    for _ in range(3):
+        trainer.train_step()
+    measured = trainer.rebalancer.estimator.measured_s[0]
+    assert measured is not None
+    # w0 stays (now rank 1), w9 joins: w0's measurement is kept, w9 is estimated from it
+    trainer.regroup(Group(1, 1, 2, ("w9", "w0"), ("native", "native"), (1.0, 1.0)))
+    assert trainer.rank == 1 and trainer.world_size == 2
+    assert trainer.rebalancer.estimator.measured_s == [None, measured]
+    assert sum(trainer.rebalancer.plan.counts) == B // b
+
+
+def test_the_step_scalars_read_back_by_name():
+    layout = StepScalars(num_micro_batches=3, world_size=2)
+    a = layout.pack(0, {0: 0.5, 1: 0.25}, (0.02, 0.01), leaving=False, regroup=True, overflow=False)
+    c = layout.pack(1, {2: 2.0}, None, leaving=True, regroup=False, overflow=False)
+    summed = a + c
+    assert not layout.overflowed(summed)
+    out = layout.outcome(summed)
+    assert out.losses == [0.5, 0.25, 2.0]
+    assert out.seconds_per_micro_batch == [0.02, None]
+    assert out.host_seconds_per_micro_batch == [0.01, None]
+    assert out.leaving == [1] and out.regroup
+    flagged = summed + layout.pack(1, {}, None, leaving=False, regroup=False, overflow=True)
+    assert layout.overflowed(flagged)
