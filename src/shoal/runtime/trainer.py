@@ -129,14 +129,20 @@ class Trainer:
         self.reducer = StepReducer(self.model, self.consistency, self.rank, self.world_size)
         if state is not None:
             self.reducer.load_state_dict(state)
-        caps = [self.max_micro_batches] * group.world_size
-        self.rebalancer.regroup(group.ids, group.priors, caps)
+        self._joined = group  # planned at the group's first step (a cap needs the real group)
+
+    def _plan(self) -> Plan:
+        if self._joined is not None:
+            group, self._joined = self._joined, None
+            caps = [self.max_micro_batches] * group.world_size
+            self.rebalancer.regroup(group.ids, group.priors, caps)
+        return self.rebalancer.plan
 
     def train_step(self, leaving: bool = False, regroup: bool = False) -> StepRecord:
         """One optimizer step, top to bottom: compute this worker's share, send the step's
         collective, read the next step's share while it is in flight (an emulated kind: inside
         its device time, before it joins), wait, update, record."""
-        start, plan = time.perf_counter(), self.rebalancer.plan
+        start, plan = time.perf_counter(), self._plan()
         mine, redone = plan.indices(self.rank), 0
         bounds = self.reducer.state_dict()
         following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
