@@ -7,8 +7,11 @@ the same observations (they travel in the step's one collective), so all agree o
 without another message. Re-planning only moves work: it never changes the math.
 
 A regroup keeps the measurements of the workers that stay; a newcomer is estimated from its
-prior (the device table's relative speed) scaled by the measured workers. The first step after
-a regroup is not learned from: cold caches, first allocations, a recomputed step.
+prior (the device table's relative speed) scaled by the measured workers. Members of a new group
+may have measured different things (a newcomer nothing, a worker that joined later less), so the
+group first adopts one member's measurements (`state_dict`, sent by the runtime at a regroup).
+The first step after a regroup is not learned from: cold caches, first allocations, a
+recomputed step.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ class Rebalancer:
         self.caps = list(caps)
         self.fit.keep_only(self.worker_ids)
         self.warmup_steps = 1
+        self._plan = self._replan()
+
+    def state_dict(self) -> dict:
+        """What the group must agree on before it plans: the measurements (JSON-safe)."""
+        return self.fit.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fit.load_state_dict(state)
         self._plan = self._replan()
 
     @property

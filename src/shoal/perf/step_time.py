@@ -99,3 +99,12 @@ class SpeedFit:
 
     def estimates_s(self, workers: Sequence[str], priors_s: Sequence[float]) -> list[float]:
         return estimate_seconds([self.measured_s(w) for w in workers], priors_s)
+
+    def state_dict(self) -> dict:
+        """Plain values (JSON-safe): the observations and idle counts per worker id."""
+        history = {w: list(h) for w, h in self.history.items()}
+        return {"history": history, "idle_steps": dict(self.idle_steps)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = {w: deque(h, maxlen=self.window) for w, h in state["history"].items()}
+        self.idle_steps = dict(state["idle_steps"])

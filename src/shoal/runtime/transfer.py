@@ -5,11 +5,13 @@ disk: members agree (all-reduce MAX) on the newest step held, and the lowest ran
 broadcasts its state (serialised with torch.save, loaded with weights_only=True) unless every
 member already holds that step (members that completed the same steps are bitwise equal).
 Only if nobody holds any state does the group fall back to a durable checkpoint or spool.
+The planner's measured speeds travel too (from the same member), so the group plans as one.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable
 
 import torch
@@ -59,13 +61,33 @@ def sync_state(
     oldest = -neg_oldest
     lost = max(0, attempted + 1 - max(newest, 0)) if attempted >= 0 else 0
     if newest == oldest:
-        return ("local" if newest >= 0 else "fresh"), lost
-    rank = dist.get_rank()
-    src = torch.tensor([rank if mine == newest else world], dtype=torch.int64, device=device)
+        source, src_rank = ("local" if newest >= 0 else "fresh"), 0
+    else:
+        src_rank = _newest_holder(mine == newest, world, device)
+        data = serialize(training_state(trainer)) if dist.get_rank() == src_rank else None
+        received = broadcast_bytes(data, src_rank, device)
+        if dist.get_rank() != src_rank:
+            load_training_state(trainer, deserialize(received))
+        source = f"peer rank {src_rank}"
+    if world > 1:
+        _agree_speeds(trainer, src_rank, device)
+    return source, lost
+
+
+def _newest_holder(holds_newest: bool, world: int, device: torch.device) -> int:
+    """The lowest rank that holds the newest state."""
+    src = torch.tensor([dist.get_rank() if holds_newest else world], dtype=torch.int64)
+    src = src.to(device)
     collective(dist.all_reduce, src, op=dist.ReduceOp.MIN)
-    src_rank = int(src)
-    data = serialize(training_state(trainer)) if rank == src_rank else None
+    return int(src)
+
+
+def _agree_speeds(trainer, src_rank: int, device: torch.device) -> None:
+    """Every member adopts `src_rank`'s measured speeds: members must plan the same split, and
+    a newcomer (or a worker that joined later) has measured less than the others. Speeds only
+    move work between workers, so whose are adopted never changes a bit of the result."""
+    rank = dist.get_rank()
+    data = json.dumps(trainer.rebalancer.state_dict()).encode() if rank == src_rank else None
     received = broadcast_bytes(data, src_rank, device)
     if rank != src_rank:
-        load_training_state(trainer, deserialize(received))
-    return f"peer rank {src_rank}", lost
+        trainer.rebalancer.load_state_dict(json.loads(received))

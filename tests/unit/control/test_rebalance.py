@@ -1,5 +1,7 @@
 """The live controller's planner: the shared step-time model fitted online, keyed by worker id."""
 
+import json
+
 import pytest
 
 from shoal.control import Rebalancer
@@ -62,3 +64,20 @@ def test_bad_arguments():
         Rebalancer(4, 0)
     with pytest.raises(ValueError):
         Rebalancer(4).regroup(["a"], [1.0, 2.0], [None])
+
+
+def test_a_newcomer_that_adopts_the_groups_measurements_plans_the_same_split():
+    # the runtime sends one member's state to the others at a regroup: a fresh planner (a
+    # newcomer) that loads it must plan exactly as the member that measured
+    old = _two(window=3, replan_every=1)
+    old.after_step(0, [None, None])
+    old.after_step(1, [0.01, 0.01])  # b is as fast as a, though its prior says 3x slower
+    old.after_step(2, [0.012, None])
+    fresh = Rebalancer(8, 1, window=3)
+    fresh.load_state_dict(json.loads(json.dumps(old.state_dict())))  # as it travels
+    for reb in (old, fresh):
+        reb.regroup(["a", "b", "c"], [1.0, 3.0, 2.0], [None, None, None])
+    assert fresh.plan == old.plan
+    before = Rebalancer(8, 1, window=3)
+    before.regroup(["a", "b", "c"], [1.0, 3.0, 2.0], [None, None, None])
+    assert before.plan != old.plan  # without the measurements the newcomer would disagree

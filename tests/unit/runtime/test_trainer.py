@@ -98,13 +98,14 @@ def test_measured_speeds_survive_a_regroup_by_worker_id():
     trainer = Trainer(job(NoisyReads()), replan_every=1)
     for _ in range(3):
         trainer.train_step()
-    measured = trainer.rebalancer.estimator.measured_s[0]
+    measured = trainer.rebalancer.fit.measured_s("w0")
     assert measured is not None
     # w0 stays (now rank 1), w9 joins: w0's measurement is kept, w9 is estimated from it
     trainer.regroup(Group(1, 1, 2, ("w9", "w0"), ("native", "native"), (1.0, 1.0)))
     assert trainer.rank == 1 and trainer.world_size == 2
     plan = trainer._plan()  # the group's first step plans it
-    assert trainer.rebalancer.estimator.measured_s == [None, measured]
+    fit = trainer.rebalancer.fit
+    assert [fit.measured_s("w9"), fit.measured_s("w0")] == [None, measured]
     assert sum(plan.counts) == B // b and len(plan.counts) == 2
 
 
