@@ -297,6 +297,12 @@ def main() -> None:
     p.add_argument("--shoal-steps", type=int, default=260, help="long enough for the join")
     p.add_argument("--torchrun-steps", type=int, default=240, help="long enough for the join")
     p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
+    p.add_argument(
+        "--sides",
+        choices=["both", "shoal", "torchrun"],
+        default="both",
+        help="which side(s) to run (one side alone: a smoke run, or a look at one)",
+    )
     args = p.parse_args()
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-recovery-"))
     started, host = time.time(), machine()
@@ -312,8 +318,10 @@ def main() -> None:
         raise RuntimeError(f"{name} failed twice: {failures[-2:]}")
 
     for i in range(args.repeats):  # interleaved, so drift in the machine's load hits both
-        shoal_runs.append(attempt(run_shoal, f"shoal-{i}", args.shoal_steps))
-        te_runs.append(attempt(run_torchrun, f"torchrun-{i}", args.torchrun_steps))
+        if args.sides in ("both", "shoal"):
+            shoal_runs.append(attempt(run_shoal, f"shoal-{i}", args.shoal_steps))
+        if args.sides in ("both", "torchrun"):
+            te_runs.append(attempt(run_torchrun, f"torchrun-{i}", args.torchrun_steps))
     summary = summarize(shoal_runs, te_runs)
     result = {
         "job": f"{JOB.relative_to(ROOT)} {OPTIONS}",
