@@ -22,6 +22,7 @@ from shoal.config import RunConfig
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
+from shoal.metrics import METRICS_FILE, RESULT_FILE
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
@@ -92,9 +93,9 @@ def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
     speeds = check_run(spec)
     out = pathlib.Path(spec.config.out)
     if not spec.config.resume:
-        for stale in ("metrics.jsonl", "result.json"):
+        for stale in (METRICS_FILE, RESULT_FILE):
             (out / stale).unlink(missing_ok=True)
     else:
-        (out / "result.json").unlink(missing_ok=True)
+        (out / RESULT_FILE).unlink(missing_ok=True)
     Controller(spec, speeds, show_progress).run()
-    return json.loads((out / "result.json").read_text())
+    return json.loads((out / RESULT_FILE).read_text())

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from shoal.console import Progress
 from shoal.errors import RunFailed, UserError
 from shoal.launcher.spec import RunSpec, Speeds
-from shoal.metrics import MembershipEvent, StepLine, parse_line
+from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line
 
@@ -52,7 +52,7 @@ class Controller:
         self.spec, self.speeds = spec, speeds
         self.out = pathlib.Path(spec.config.out)
         (self.out / "logs").mkdir(exist_ok=True)
-        self.metrics = self.out / "metrics.jsonl"
+        self.metrics = self.out / METRICS_FILE
         # the listening socket must outlive the store that serves on it
         self.store, self.port, self._listener = host_store()
         self.t0 = time.time()
@@ -185,7 +185,7 @@ class Controller:
             code = w.proc.poll()
             if code is None or w.state == "gone":
                 continue
-            if code == 0 and (self.out / "result.json").exists():
+            if code == 0 and (self.out / RESULT_FILE).exists():
                 self.finished = True
             elif code == 0 and w.state == "leaving":
                 # the boundary it left at: the controller may reap it steps later

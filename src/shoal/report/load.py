@@ -20,16 +20,11 @@ from shoal.metrics import (
     Record,
     RunResult,
     StepLine,
-    WorkerShare,
     parse_metrics_bytes,
     read_result,
 )
 
-# the report's names for the schema's records
-Step = StepLine
-WorkerStep = WorkerShare
-
-__all__ = ["MembershipEvent", "Run", "RunResult", "Step", "WorkerStep", "load_run"]
+__all__ = ["MembershipEvent", "Run", "RunResult", "StepLine", "load_run"]
 
 
 @dataclass(frozen=True)
@@ -37,21 +32,21 @@ class Run:
     """Everything a report shows, in file order."""
 
     directory: Path
-    steps: tuple[Step, ...]
+    steps: tuple[StepLine, ...]
     events: tuple[MembershipEvent, ...]
     result: RunResult | None  # None when the run wrote no result.json (crashed or still running)
 
 
 def split_records(
     records: Iterable[Record],
-) -> tuple[tuple[Step, ...], tuple[MembershipEvent, ...]]:
+) -> tuple[tuple[StepLine, ...], tuple[MembershipEvent, ...]]:
     """Steps and events in file order, with wall time made monotonic across resumes.
 
     `shoal run --resume` appends to the file from a new process whose clock starts at 0 again.
     A step whose wall time is below the previous step's marks such a restart: it and every
     later record are shifted by the time reached before it.
     """
-    steps: list[Step] = []
+    steps: list[StepLine] = []
     events: list[MembershipEvent] = []
     offset = 0.0
     last_step_wall: float | None = None  # after shifting

@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from shoal.report.load import Run, Step
+from shoal.metrics import StepLine
+from shoal.report.load import Run
 from shoal.report.timeline import Timeline, worker_order
 
 # kind -> (marker, colour, legend label). Colours are chosen apart from the worker palette.
@@ -72,7 +73,7 @@ def _event_lines(ax: Any, positions: list[tuple[str, float]]) -> None:
         labelled.add(kind)
 
 
-def _samples_per_s(s: Step) -> float | None:
+def _samples_per_s(s: StepLine) -> float | None:
     if s.samples_per_s is not None:
         return s.samples_per_s
     if s.global_batch_size is not None and s.step_time_s:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from shoal.report.load import MembershipEvent, Run, Step
+from shoal.metrics import MembershipEvent, StepLine
+from shoal.report.load import Run
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def worker_order(run: Run) -> list[str]:
     return order
 
 
-def step_time_s(steps: tuple[Step, ...], step: int) -> float | None:
+def step_time_s(steps: tuple[StepLine, ...], step: int) -> float | None:
     """Wall time at `step`, interpolated linearly between logged steps and clamped at the ends."""
     points = sorted((s.step, s.wall_time_s) for s in steps if s.wall_time_s is not None)
     if not points:

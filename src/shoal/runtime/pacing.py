@@ -29,12 +29,9 @@ a K80 slower in a run where the workers contend more for the host's cores.
 from __future__ import annotations
 
 import collections
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
-
-from shoal.errors import UserError
 
 WINDOW = 16  # recent steps behind the host-speed estimate
 SPIN_S = 0.002  # the end of a wait is spun, not slept (see _wait)
@@ -90,14 +87,3 @@ def _wait(seconds: float) -> None:
         time.sleep(seconds - SPIN_S)
     while time.perf_counter() < end:
         pass
-
-
-def pacer_from_env() -> Pacer:
-    """The pacer `shoal run` sets up for a worker: SHOAL_SLOWDOWN (set by the launcher) and
-    the optional fixed yardstick SHOAL_EMULATED_HOST_S (seconds per micro-batch)."""
-    fixed = os.environ.get("SHOAL_EMULATED_HOST_S")
-    try:
-        host_s = float(fixed) if fixed else None
-        return Pacer(float(os.environ.get("SHOAL_SLOWDOWN", "1")), host_s)
-    except ValueError as exc:
-        raise UserError(f"SHOAL_EMULATED_HOST_S / SHOAL_SLOWDOWN: {exc}") from None

@@ -2,8 +2,9 @@ import time
 
 import pytest
 
+from shoal.config import EmulationConfig
 from shoal.errors import UserError
-from shoal.runtime.pacing import WINDOW, Pacer, pacer_from_env
+from shoal.runtime.pacing import WINDOW, Pacer
 
 
 def test_pads_the_step_to_the_slowdown_times_the_median_compute_time():
@@ -31,10 +32,11 @@ def test_a_fixed_yardstick_ignores_measurements():
 def test_bad_yardstick_in_the_environment_is_a_user_error(monkeypatch):
     monkeypatch.setenv("SHOAL_EMULATED_HOST_S", "fast")
     with pytest.raises(UserError, match="SHOAL_EMULATED_HOST_S"):
-        pacer_from_env()
+        EmulationConfig.from_environ()
     monkeypatch.setenv("SHOAL_EMULATED_HOST_S", "0.004")
     monkeypatch.setenv("SHOAL_SLOWDOWN", "3")
-    assert pacer_from_env() == Pacer(3.0, 0.004)
+    emulation = EmulationConfig.from_environ()
+    assert Pacer(emulation.slowdown, emulation.host_s) == Pacer(3.0, 0.004)
 
 
 def test_host_speed_follows_recent_micro_batches():
