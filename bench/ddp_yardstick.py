@@ -105,5 +105,8 @@ def ddp_worker(
     if rank == 0:
         with open(out_json, "w") as f:
             json.dump({"losses": losses, "step_times_s": step_times, "state_sha256": digest}, f)
-    dist.barrier()  # nobody tears gloo down while a peer still talks to it
-    dist.destroy_process_group()
+    dist.barrier()  # every rank is done with gloo, and rank 0's file is written
+    # End the spawned process here, without tearing gloo and DDP down: nothing is left to
+    # release in a process about to exit, and that teardown has aborted a rank under load
+    # ("terminate called without an active exception"), failing a run whose work was done.
+    os._exit(0)
