@@ -97,7 +97,8 @@ class PSModel:
         xs = [log_speed(k) for k in fitted]
         ys = [math.log(self.compute_s[k]) for k in fitted]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+        sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+        b = sxy / sum((x - mx) ** 2 for x in xs)
         value = math.exp(my + b * (log_speed(kind) - mx))
         return replace(self, compute_s={**self.compute_s, kind: value})
 
