@@ -142,6 +142,11 @@ class ClusterConfig:
 
 
 @cache
+def _by_kind() -> EmpiricalLifetimes:
+    return load_gce_lifetimes()
+
+
+@cache
 def _regional() -> EmpiricalLifetimes:
     table = {f"{k}@{r}": v for (k, r), v in regional_lifetimes().items()}
     return EmpiricalLifetimes(table, pool_unmeasured=False)
@@ -153,7 +158,7 @@ def _lifetime(server: Server, by_region: bool, rng: random.Random) -> float:
     if by_region and (server.kind, server.region) in regional_lifetimes():
         return _regional().sample_lifetime_s(f"{server.kind}@{server.region}", rng)
     # a spot parameter server draws from all measured GPU VMs pooled
-    return load_gce_lifetimes().sample_lifetime_s(server.kind, rng)
+    return _by_kind().sample_lifetime_s(server.kind, rng)
 
 
 def run_cluster_once(cfg: ClusterConfig, rng: random.Random) -> TransientRun:

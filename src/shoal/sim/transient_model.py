@@ -105,8 +105,10 @@ class PSModel:
 
 def _excess(base: list[float], service_s: float) -> float:
     """e with service_s * sum(1 / (b + e)) = 1: the servers' overload per cycle (may be < 0)."""
+    if max(base) == min(base):  # one kind: closed form
+        return len(base) * service_s - base[0]
     lo, hi = -min(base) * (1 - 1e-12), len(base) * service_s
-    for _ in range(100):  # bisection on a decreasing function
+    for _ in range(60):  # bisection on a decreasing function
         mid = 0.5 * (lo + hi)
         if service_s * sum(1.0 / (b + mid) for b in base) > 1.0:
             lo = mid
