@@ -140,4 +140,6 @@ def fit(rows: Sequence[Measurement]) -> PSModel:
     start += [0.02, 0.02, 0.01, 0.02 if lone else 0.0]
     upper = [10.0] * len(kinds) + [1.0, 1.0, 1.0, 1.0 if lone else 1e-12]
     result = least_squares(residuals, start, bounds=([1e-6] * len(kinds) + [0.0] * 4, upper))
-    return model(result.x)
+    fitted = model(result.x)
+    # with no lone-worker row the local update is not identified: say so with an exact 0
+    return fitted if lone else replace(fitted, local_update_s=0.0)
