@@ -117,7 +117,7 @@ def _build(servers: list[Server | None]) -> TransientCluster:
 def parse_cluster(spec: str) -> TransientCluster:
     """A cluster from an inline spec (`4xk80@us-east1:spot,ps`) or `@FILE` / an existing file."""
     path = Path(spec[1:] if spec.startswith("@") else spec)
-    if spec.startswith("@") or (path.suffix and path.is_file()):
+    if spec.startswith("@") or path.is_file():
         return load_cluster_file(path)
     servers: list[Server | None] = []
     for item in (s.strip() for s in spec.split(",")):

@@ -13,8 +13,11 @@ configuration's measured mean +- 1 sample sd over its runs.
   within 1 sd.
 """
 
+import json
 import math
+import runpy
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -145,6 +148,11 @@ def test_cluster_spec_errors(spec, message):
         parse_cluster(spec)
 
 
+def test_missing_cluster_file(tmp_path):
+    with pytest.raises(UserError, match="cannot read cluster file"):
+        parse_cluster(f"@{tmp_path / 'nope.txt'}")
+
+
 def test_cluster_file_error_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "cluster.txt"
     path.write_text("# two regions\n4xk80@us-east1:spot\n2xp100@mars-1:spot  # typo\n")
@@ -159,3 +167,12 @@ def test_cli_runs_a_mixed_cluster(capsys):
     code = main(["transient", "--cluster", "2xk80@us-east1:spot,v100@us-west1", "--runs", "5"])
     out = capsys.readouterr().out
     assert code == 0 and "steps/s at start" in out and "cross-region" in out
+
+
+def test_heldout_bench_smoke(capsys):
+    bench = Path(__file__).parents[3] / "bench" / "transient_heldout.py"
+    runpy.run_path(str(bench))["main"](5, True)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    held = [r for r in rows if "config" in r]
+    assert {r["split"] for r in held} == {"size", "kind"}
+    assert all(r["predicted_s"] > 0 for r in held)
