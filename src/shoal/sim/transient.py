@@ -33,9 +33,9 @@ from shoal.cluster.revocation import EmpiricalLifetimes, RevocationModel, load_g
 from shoal.perf.devices import load_devices
 from shoal.sim.transient_data import TOTAL_STEPS, regional_lifetimes
 from shoal.sim.transient_model import PSModel
-from shoal.sim.transient_spec import Server, TransientCluster
+from shoal.sim.transient_spec import PS_PRICES_USD_PER_HOUR, Server, TransientCluster
 
-PS_PRICE_USD_PER_HOUR = 0.143  # 4-vCPU parameter server, on-demand (paper Table I)
+PS_PRICE_USD_PER_HOUR = PS_PRICES_USD_PER_HOUR["on_demand"]  # 4-vCPU server (paper Table I)
 
 
 def _durations(*parts: str) -> list[float]:

@@ -36,7 +36,7 @@ KNOWN_REGIONS = (
 DEFAULT_REGION = "us-east1"
 PS_KIND = "ps"
 # 4-vCPU parameter server VM, $/h (paper Table I)
-PS_PRICE_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
+PS_PRICES_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
 
 _ITEM = re.compile(
     r"(?:(?P<count>\d+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
@@ -95,7 +95,7 @@ def _parse_item(item: str) -> list[Server | None]:
     if match["price"] is not None:
         price = float(match["price"])
     elif kind == PS_KIND:
-        price = PS_PRICE_USD_PER_HOUR[tier]
+        price = PS_PRICES_USD_PER_HOUR[tier]
     else:
         price = load_devices().price(kind, tier)
     return [Server(kind, _region(match["region"]), tier, price)] * count
@@ -110,7 +110,7 @@ def _build(servers: list[Server | None]) -> TransientCluster:
     if no_ps and (ps or len(workers) > 1):
         raise UserError("0xps (no parameter server) needs exactly one worker and no ps item")
     if not ps and not no_ps:
-        ps = (Server(PS_KIND, workers[0].region, "on_demand", PS_PRICE_USD_PER_HOUR["on_demand"]),)
+        ps = (Server(PS_KIND, workers[0].region, "on_demand", PS_PRICES_USD_PER_HOUR["on_demand"]),)
     return TransientCluster(workers, ps)
 
 
