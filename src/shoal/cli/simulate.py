@@ -1,4 +1,8 @@
-"""`shoal simulate`: replay a workload on a simulated cluster under one or more policies."""
+"""`shoal simulate`: replay a workload on a simulated cluster under one or more policies.
+
+Also registers `shoal transient`: replay the transient-server paper's parameter-server training
+on a heterogeneous, multi-region spot cluster spec.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +41,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--list", action="store_true", help="list policies and cluster presets")
     p.set_defaults(func=_run)
+    _register_transient(subparsers)
+
+
+def _register_transient(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "transient",
+        help="parameter-server training on a transient (spot) cluster, many seeded runs",
+        description="Replay ResNet-32/CIFAR-10 parameter-server training (ICAC'19) on a cluster of "
+        "spot and on-demand GPU servers; step times from the PS model fitted to the paper's runs.",
+    )
+    p.add_argument(
+        "--cluster",
+        required=True,
+        help="[Nx]KIND[@REGION][:TIER[=USD_PER_HOUR]],... e.g. 4xk80@us-east1:spot,1xv100@us-west1"
+        ",ps@us-east1 (0xps: no server, one worker); or @FILE with one or more items per line",
+    )
+    p.add_argument("--runs", type=int, default=200, help="seeded runs to average")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=int, default=64000, help="training steps per run")
+    p.add_argument(
+        "--fit",
+        choices=("all", "size", "kind"),
+        default="all",
+        help="measurements the model is fitted on: all, or a held-out split's fit side",
+    )
+    p.add_argument(
+        "--by-region",
+        action="store_true",
+        help="draw lifetimes per kind and region where measured (default: per kind)",
+    )
+    p.set_defaults(func=_run_transient)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -46,4 +81,11 @@ def _run(args: argparse.Namespace) -> int:
         print(list_choices())
         return 0
     print(simulate_cli(args))
+    return 0
+
+
+def _run_transient(args: argparse.Namespace) -> int:
+    from shoal.sim.transient_report import transient_cli
+
+    print(transient_cli(args))
     return 0

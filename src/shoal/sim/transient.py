@@ -1,31 +1,41 @@
 """The transient-server experiment of Li et al. (ICAC'19), replayed from its measured inputs.
 
-ResNet-32 on CIFAR-10 trains for 64,000 steps with asynchronous parameter-server SGD on N
-preemptible K80 workers (one of them the chief, which checkpoints) and one on-demand parameter
-server. Inputs, and only these: the single-K80 step rate measured by the paper's on-demand runs
-(`k80_on_demand/k80-demand`, 64,000 steps / mean duration) and the measured lifetimes of
-preemptible K80 VMs (`shoal.cluster.revocation.load_gce_lifetimes`). Each worker draws a lifetime;
-while k workers are alive training advances at k x the single-GPU rate x `worker_efficiency`
-(1.0 = perfect async scaling). A revoked worker is not replaced and training goes on (the paper's
-harness); a revoked chief fails the run, as in the paper, whose averages cover completed runs.
-Billing is per second (`shoal.cluster.ledger`): workers until their revocation or the end, the
-parameter server until the end.
+ResNet-32 on CIFAR-10 trains for 64,000 steps with asynchronous parameter-server SGD on
+preemptible workers (the first is the chief, which checkpoints) and on-demand parameter servers.
+Each spot worker draws a lifetime from the measured lifetimes of preemptible VMs of its kind
+(`shoal.cluster.revocation.load_gce_lifetimes`; per kind and region with `by_region`). A revoked
+worker is not replaced and training goes on with the rest (the paper's harness); a revoked
+chief or parameter server fails the run, as in the paper, whose averages cover completed runs.
+Billing is per second (`shoal.cluster.ledger`): each server at its own price until its
+revocation or the end.
+
+Two ways to say how fast the cluster steps:
+- `ClusterConfig`: a heterogeneous, multi-region cluster (`shoal.sim.transient_spec`) whose
+  step rate, recomputed at every revocation, comes from the parameter-server model fitted to
+  the paper's measurements (`shoal.sim.transient_model`).
+- `TransientConfig`: N K80 workers, each stepping at one measured rate x `worker_efficiency`
+  (the first version of this replay, kept for its bench): k alive workers step k times faster.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import random
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 
 from shoal.cluster.ledger import CostLedger
-from shoal.cluster.revocation import RevocationModel, load_gce_lifetimes
+from shoal.cluster.revocation import EmpiricalLifetimes, RevocationModel, load_gce_lifetimes
 from shoal.perf.devices import load_devices
+from shoal.sim.transient_data import TOTAL_STEPS, regional_lifetimes
+from shoal.sim.transient_model import PSModel
+from shoal.sim.transient_spec import PS_PRICES_USD_PER_HOUR, Server, TransientCluster
 
-TOTAL_STEPS = 64000
-PS_PRICE_USD_PER_HOUR = 0.143  # 4-vCPU parameter server, on-demand (paper Table I)
+PS_PRICE_USD_PER_HOUR = PS_PRICES_USD_PER_HOUR["on_demand"]  # 4-vCPU server (paper Table I)
 
 
 def _durations(*parts: str) -> list[float]:
@@ -71,31 +81,103 @@ class TransientRun:
     failed: bool  # the chief was revoked
 
 
-def run_once(cfg: TransientConfig, lifetimes: RevocationModel, rng: random.Random) -> TransientRun:
-    price = cfg.worker_price_usd_per_hour or load_devices().kind("k80").price_usd_per_hour["spot"]
+def _replay(
+    deaths: Sequence[float],
+    prices: Sequence[float],
+    rate: Callable[[list[int]], float],
+    total_steps: int,
+    fatal: Sequence[bool],
+) -> TransientRun:
+    """Walk revocations in time order; `rate(alive)` is the cluster's steps/s with those servers.
+
+    Server i dies at deaths[i] and is billed at prices[i] until then; a `fatal` server's death
+    (the chief, a parameter server) fails the run. Others leave and the rest go on.
+    """
     ledger = CostLedger()
-    deaths = [lifetimes.sample_lifetime_s("k80", rng) for _ in range(cfg.num_workers)]
-    for i in range(cfg.num_workers):
-        ledger.open(f"worker-{i}", "job", price, 0.0)
-    ledger.open("ps", "job", cfg.ps_price_usd_per_hour, 0.0)
-    rate = cfg.step_rate_per_worker * cfg.worker_efficiency
-    now, steps, alive, revoked = 0.0, 0.0, set(range(cfg.num_workers)), 0
-    # walk through revocations in time order until the steps are done or the chief dies
+    for i, price in enumerate(prices):
+        ledger.open(f"server-{i}", "job", price, 0.0)
+    now, steps, alive, revoked = 0.0, 0.0, set(range(len(prices))), 0
     for t, i in sorted((t, i) for i, t in enumerate(deaths)):
-        finish = now + (cfg.total_steps - steps) / (rate * len(alive))
+        speed = rate(sorted(alive))
+        finish = now + (total_steps - steps) / speed
         if t >= finish:
             break
-        steps += rate * len(alive) * (t - now)
+        steps += speed * (t - now)
         now = t
         alive.discard(i)
-        ledger.close(f"worker-{i}", now)
+        ledger.close(f"server-{i}", now)
         revoked += 1
-        if i == 0:  # the chief: the paper's harness stops the cluster, the run fails
+        if fatal[i]:  # the paper's harness stops the cluster, the run fails
             ledger.close_all(now)
             return TransientRun(now, ledger.total_usd, revoked, failed=True)
-    now += (cfg.total_steps - steps) / (rate * len(alive))
+    now += (total_steps - steps) / rate(sorted(alive))
     ledger.close_all(now)
     return TransientRun(now, ledger.total_usd, revoked, failed=False)
+
+
+def run_once(cfg: TransientConfig, lifetimes: RevocationModel, rng: random.Random) -> TransientRun:
+    price = cfg.worker_price_usd_per_hour or load_devices().kind("k80").price_usd_per_hour["spot"]
+    n = cfg.num_workers
+    deaths = [lifetimes.sample_lifetime_s("k80", rng) for _ in range(n)] + [math.inf]
+    per_worker = cfg.step_rate_per_worker * cfg.worker_efficiency
+    return _replay(
+        deaths,
+        [price] * n + [cfg.ps_price_usd_per_hour],
+        lambda alive: per_worker * (len(alive) - 1),  # the last server is the PS
+        cfg.total_steps,
+        [True] + [False] * (n - 1) + [True],
+    )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    cluster: TransientCluster
+    model: PSModel
+    total_steps: int = TOTAL_STEPS
+    by_region: bool = False  # lifetimes per kind and region where measured
+
+    def __post_init__(self) -> None:
+        for w in self.cluster.workers:
+            self.model.compute(w.kind)  # a UserError now, not mid-run
+
+
+@cache
+def _by_kind() -> EmpiricalLifetimes:
+    return load_gce_lifetimes()
+
+
+@cache
+def _regional() -> EmpiricalLifetimes:
+    table = {f"{k}@{r}": v for (k, r), v in regional_lifetimes().items()}
+    return EmpiricalLifetimes(table, pool_unmeasured=False)
+
+
+def _lifetime(server: Server, by_region: bool, rng: random.Random) -> float:
+    if server.tier == "on_demand":
+        return math.inf
+    if by_region and (server.kind, server.region) in regional_lifetimes():
+        return _regional().sample_lifetime_s(f"{server.kind}@{server.region}", rng)
+    # a spot parameter server draws from all measured GPU VMs pooled
+    return _by_kind().sample_lifetime_s(server.kind, rng)
+
+
+def run_cluster_once(cfg: ClusterConfig, rng: random.Random) -> TransientRun:
+    """One run of `cfg.cluster` with lifetimes drawn from `rng` (workers first, then servers)."""
+    workers, servers = cfg.cluster.workers, cfg.cluster.servers
+    everyone = workers + servers
+    deaths = [_lifetime(s, cfg.by_region, rng) for s in everyone]
+    kinds = [w.kind for w in workers]
+    num_ps = len(servers)
+    rates: dict[tuple[int, ...], float] = {}
+
+    def rate(alive: list[int]) -> float:
+        key = tuple(i for i in alive if i < len(workers))
+        if key not in rates:
+            rates[key] = cfg.model.steps_per_s([kinds[i] for i in key], num_ps)
+        return rates[key]
+
+    fatal = [True] + [False] * (len(workers) - 1) + [True] * num_ps
+    return _replay(deaths, [s.price_usd_per_hour for s in everyone], rate, cfg.total_steps, fatal)
 
 
 @dataclass(frozen=True)
@@ -111,6 +193,23 @@ class TransientSummary:
     servers: int
 
 
+def _summarise(num_workers: int, results: list[TransientRun]) -> TransientSummary:
+    done = [r for r in results if not r.failed]
+    hours = [r.duration_s / 3600 for r in done] or [math.nan]
+    costs = [r.cost_usd for r in done] or [math.nan]
+    return TransientSummary(
+        num_workers=num_workers,
+        runs=len(results),
+        completed=len(done),
+        mean_hours=statistics.mean(hours),
+        sd_hours=statistics.stdev(hours) if len(hours) > 1 else 0.0,
+        mean_cost_usd=statistics.mean(costs),
+        sd_cost_usd=statistics.stdev(costs) if len(costs) > 1 else 0.0,
+        revoked=sum(r.revoked for r in results),
+        servers=len(results) * num_workers,
+    )
+
+
 def replicate(cfg: TransientConfig, runs: int, seed: int) -> TransientSummary:
     """`runs` independent runs (one RNG per run, seeded by (seed, run index))."""
     lifetimes = load_gce_lifetimes()
@@ -118,17 +217,11 @@ def replicate(cfg: TransientConfig, runs: int, seed: int) -> TransientSummary:
         run_once(cfg, lifetimes, random.Random(f"{seed}-{cfg.num_workers}-{i}"))
         for i in range(runs)
     ]
-    done = [r for r in results if not r.failed]
-    hours = [r.duration_s / 3600 for r in done]
-    costs = [r.cost_usd for r in done]
-    return TransientSummary(
-        num_workers=cfg.num_workers,
-        runs=runs,
-        completed=len(done),
-        mean_hours=statistics.mean(hours),
-        sd_hours=statistics.stdev(hours) if len(hours) > 1 else 0.0,
-        mean_cost_usd=statistics.mean(costs),
-        sd_cost_usd=statistics.stdev(costs) if len(costs) > 1 else 0.0,
-        revoked=sum(r.revoked for r in results),
-        servers=runs * cfg.num_workers,
-    )
+    return _summarise(cfg.num_workers, results)
+
+
+def replicate_cluster(cfg: ClusterConfig, runs: int, seed: int) -> TransientSummary:
+    """`runs` independent runs of a cluster (one RNG per run, seeded by (seed, run index))."""
+    n = len(cfg.cluster.workers)
+    results = [run_cluster_once(cfg, random.Random(f"{seed}-{n}-{i}")) for i in range(runs)]
+    return _summarise(n, results)

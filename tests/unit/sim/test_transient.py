@@ -12,6 +12,9 @@ standard error of our mean is < 0.02 h and < $0.003); the pooled revoked fractio
 Known miss, kept visible: with perfect async scaling (efficiency 1) the 8-K80 cost falls below
 the paper's band ($1.07 vs $1.092..$1.137); with the per-worker efficiency measured by the paper's
 separate on-demand runs of the same size, every target holds.
+These cover the uniform-rate replay (`TransientConfig`), unchanged by issue 16; the same targets
+with step rates from the fitted parameter-server model, where the 8-K80 cost holds without the
+on-demand efficiency, are in test_transient_model.py.
 """
 
 import math

@@ -1,0 +1,178 @@
+"""The parameter-server model of the transient-server paper: fitted only on measurements, judged on
+held-out ones.
+
+Inputs: the paper's per-run durations (`shoal.sim.transient_data`), the measured VM lifetimes
+and the device table (only to place a kind the fit never saw). Targets: each held-out
+configuration's measured mean +- 1 sample sd over its runs.
+- size split (fit on 1/2/4 workers, predict 8): 8-K80 on-demand, 8-K80 spot without and with
+  revocations, 8 V100 with 2 PS land within 1 sd. Two known misses, kept visible: 8 V100 on
+  1 PS (+6.7 %, z = 1.6: 2 and 4 workers do not show how deep one server saturates) and 8 K80
+  on 2 PS (-2.3 %, z = -2.5: the 2-PS K80 series drops 3 % from 7 to 8 workers, which no
+  term fitted at 2 and 4 workers foresees). Every held-out row is within 7 %.
+- kind split (fit on K80 and V100, predict P100 placed by Gavel's speeds): both P100 rows
+  within 1 sd.
+"""
+
+import json
+import math
+import runpy
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from shoal.cli import main
+from shoal.errors import UserError
+from shoal.sim.transient import ClusterConfig, replicate_cluster
+from shoal.sim.transient_data import load_measurements
+from shoal.sim.transient_fit import make_split, predict
+from shoal.sim.transient_model import fit
+from shoal.sim.transient_spec import parse_cluster
+
+# paper, unrounded from its agg_data tables (see test_transient.py): hours, sd, USD, sd
+PAPER = {
+    2: (2.1568, 0.4994, 1.313, 0.083),
+    4: (1.0458, 0.1667, 1.1567, 0.0369),
+    8: (0.5112, 0.0144, 1.1145, 0.0222),
+}
+
+
+@pytest.fixture(scope="module")
+def full_model():
+    return fit(load_measurements())
+
+
+@pytest.mark.parametrize("name", ["size", "kind"])
+def test_fit_uses_no_held_out_row(name):
+    split = make_split(name)
+    held = {m.name for m in split.held_out}
+    assert held and not held & {m.name for m in split.fit_rows}
+    # scaling every held-out duration 3x must leave the fitted model unchanged
+    rows = tuple(
+        replace(m, durations_s=tuple(3 * d for d in m.durations_s)) if m.name in held else m
+        for m in load_measurements()
+    )
+    assert make_split(name, rows).model() == split.model()
+
+
+def test_size_split_predicts_eight_workers():
+    split = make_split("size")
+    assert {m.num_workers for m in split.fit_rows} == {1, 2, 4}
+    preds = {p.name: p for p in predict(split, spot_replays=300, seed=3)}
+    within = {n for n, p in preds.items() if p.within_one_sd}
+    assert within >= {"8-demand", "8-spot-r0", "8-spot (revocations)", "2ps8v"}, preds
+    assert {n for n, p in preds.items() if p.within_one_sd is False} == {"1ps8v", "2ps8k"}
+    for p in preds.values():
+        assert abs(p.predicted_s / p.measured_mean_s - 1) < 0.07, p
+
+
+def test_kind_split_predicts_p100_from_k80_and_v100():
+    split = make_split("kind")
+    assert "p100" not in {m.kind for m in split.fit_rows}
+    preds = predict(split)
+    assert {p.name for p in preds} == {"p100", "4p100"}
+    assert all(p.within_one_sd for p in preds), preds
+
+
+def test_v100_is_far_less_than_its_compute_ratio_faster(full_model):
+    m = full_model
+    compute_ratio = m.compute("k80") / m.compute("v100")
+    one_ps = m.steps_per_s(["v100"] * 8, 1) / m.steps_per_s(["k80"] * 8, 1)
+    assert compute_ratio > 3.5 and one_ps < 1.5
+    # a second parameter server lifts V100 (the paper: up to 1.75x) and barely moves K80
+    assert m.steps_per_s(["v100"] * 8, 2) / m.steps_per_s(["v100"] * 8, 1) > 1.5
+    assert m.steps_per_s(["k80"] * 8, 2) / m.steps_per_s(["k80"] * 8, 1) < 1.1
+
+
+def test_mixed_cluster_shares_the_servers(full_model):
+    m = full_model
+    mixed = m.step_times_s(["k80", "k80", "v100"], 1)
+    assert mixed[0] == mixed[1] > mixed[2]
+    # adding a V100 slows the K80s: the server is shared
+    assert mixed[0] > m.step_times_s(["k80", "k80"], 1)[0]
+    # no cluster steps faster than one server can take updates, bar the jitter smoothing
+    assert m.steps_per_s(["v100"] * 64, 1) < 1 / m.ps_service_s
+
+
+@pytest.mark.parametrize("workers", [2, 4, 8])
+def test_spot_k80_time_and_cost_with_fitted_model(full_model, workers):
+    # the meaning of test_transient.py's acceptance, with step rates from the fitted model
+    cfg = ClusterConfig(parse_cluster(f"{workers}xk80@us-east1:spot"), full_model)
+    s = replicate_cluster(cfg, 600, seed=11)
+    hours, hours_sd, cost, cost_sd = PAPER[workers]
+    assert abs(s.mean_hours - hours) <= hours_sd, s
+    assert abs(s.mean_cost_usd - cost) <= cost_sd, s
+
+
+def test_revoked_fraction_with_fitted_model(full_model):
+    revoked = servers = 0
+    for workers in (2, 4, 8):
+        cfg = ClusterConfig(parse_cluster(f"{workers}xk80:spot"), full_model)
+        s = replicate_cluster(cfg, 32 * 20, seed=14)
+        revoked, servers = revoked + s.revoked, servers + s.servers
+    p = 28 / 448
+    assert abs(revoked / servers - p) <= math.sqrt(p * (1 - p) / 448)
+
+
+def test_lifetimes_by_region(full_model):
+    # the measured us-east1 K80s lived their full day; europe-west1 lost 6 of 16 early
+    east = ClusterConfig(parse_cluster("8xk80@us-east1:spot"), full_model, by_region=True)
+    west = ClusterConfig(parse_cluster("8xk80@europe-west1:spot"), full_model, by_region=True)
+    assert replicate_cluster(east, 100, seed=5).revoked == 0
+    assert replicate_cluster(west, 100, seed=5).revoked > 0
+
+
+def test_cluster_spec():
+    c = parse_cluster("4xk80@us-east1-c:spot, 1xv100@us-west1, ps@us-east1:on_demand=0.2")
+    assert [w.kind for w in c.workers] == ["k80"] * 4 + ["v100"]
+    assert c.workers[0].region == "us-east1" and c.workers[0].price_usd_per_hour == 0.256
+    assert c.workers[4].tier == "on_demand" and c.workers[4].price_usd_per_hour == 2.144
+    assert [(s.region, s.price_usd_per_hour) for s in c.servers] == [("us-east1", 0.2)]
+    assert c.cross_region_workers == 1
+    assert parse_cluster("0xps,p100:spot").servers == ()
+    assert len(parse_cluster("2xv100@asia-east1:spot").servers) == 1  # default: one on-demand PS
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("4xk80@us-east9:spot", "unknown region 'us-east9'"),
+        ("4xa100@us-east1", "unknown device kind 'a100'"),
+        ("4xk80:cheap", "unknown tier 'cheap'"),
+        ("0xps,2xk80", "needs exactly one worker"),
+        ("ps@us-east1", "at least one GPU worker"),
+    ],
+)
+def test_cluster_spec_errors(spec, message):
+    with pytest.raises(UserError, match=message):
+        parse_cluster(spec)
+
+
+def test_missing_cluster_file(tmp_path):
+    with pytest.raises(UserError, match="cannot read cluster file"):
+        parse_cluster(f"@{tmp_path / 'nope.txt'}")
+
+
+def test_cluster_file_error_names_file_and_line(tmp_path, capsys):
+    path = tmp_path / "cluster.txt"
+    path.write_text("# two regions\n4xk80@us-east1:spot\n2xp100@mars-1:spot  # typo\n")
+    assert main(["transient", "--cluster", f"@{path}", "--runs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"shoal: error: {path}:3: unknown region 'mars-1'")
+    assert main(["transient", "--cluster", "2xk80@us-east1:spot,1xh100", "--runs", "2"]) == 2
+    assert "unknown device kind 'h100'" in capsys.readouterr().err
+
+
+def test_cli_runs_a_mixed_cluster(capsys):
+    code = main(["transient", "--cluster", "2xk80@us-east1:spot,v100@us-west1", "--runs", "5"])
+    out = capsys.readouterr().out
+    assert code == 0 and "steps/s at start" in out and "cross-region" in out
+
+
+def test_heldout_bench_smoke(capsys):
+    bench = Path(__file__).parents[3] / "bench" / "transient_heldout.py"
+    runpy.run_path(str(bench))["main"](5, True)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    held = [r for r in rows if "config" in r]
+    assert {r["split"] for r in held} == {"size", "kind"}
+    assert all(r["predicted_s"] > 0 for r in held)
