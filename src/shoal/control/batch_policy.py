@@ -37,6 +37,7 @@ from shoal.perf.goodput import gain
 
 POLICIES: tuple[str, ...] = ("fixed", "jabas", "pollux", "schedule", "shoal")
 LR_SCALINGS: tuple[str, ...] = ("none", "linear", "sqrt", "adascale")
+FLOAT_SLACK = 1e-9  # in micro-batches: rounding noise of B * (1 +- alpha) / b
 
 
 @dataclass(frozen=True)
@@ -186,10 +187,11 @@ class JabasPolicy(_Policy):
         if not is_decision_step(stats.step, self.every) or stats.similarity is None:
             return current
         b, m = context.micro_batch_size, stats.num_micro_batches
+        # FLOAT_SLACK: 320 * 1.1 / 32 is 11.000000000000002 in floats, and must not become 12
         if stats.similarity < self.gamma:  # halves disagree: noise dominates, grow
-            return max(math.ceil(current * (1 + self.alpha) / b), m + 1) * b
+            return max(math.ceil(current * (1 + self.alpha) / b - FLOAT_SLACK), m + 1) * b
         if stats.similarity > self.gamma:  # halves agree: a smaller batch suffices
-            return min(math.floor(current * (1 - self.alpha) / b), m - 1) * b
+            return min(math.floor(current * (1 - self.alpha) / b + FLOAT_SLACK), m - 1) * b
         return current
 
 
