@@ -246,10 +246,107 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+# --- the model study (--toy): the policies' own decisions on exact gradients, modelled time ---
+TOY_DIM, TOY_SAMPLES, TOY_NOISE = 10, 50_000, 1.0
+TOY_B, TOY_B0, TOY_BMAX = 8, 16, 2048  # micro-batch, initial and largest global batch
+TOY_OVERHEAD_S, TOY_SAMPLE_S = 0.02, 1e-4  # modelled step: 20 ms + 0.1 ms per sample
+TOY_LR = 0.05  # SGD learning rate at B0
+TOY_SCALING = {"jabas": "sqrt", "pollux": "adascale", "shoal": "adascale"}
+
+
+def toy_run(side: str, seed: int, target: float, every: int, max_steps: int = 20_000) -> dict:
+    """SGD on a noisy, ill-conditioned least-squares problem (numpy; gradients exact per
+    micro-batch, as the runtime measures them) until the excess loss is <= `target`; the batch
+    follows the side's policy through the same `decide` call as a live run."""
+    import numpy as np
+
+    from shoal.control.batch_policy import BatchContext, make_policy, needs_similarity
+    from shoal.control.gradstats import StepStats
+
+    rng = np.random.default_rng(seed)
+    curvature = np.logspace(0, -2, TOY_DIM)  # eigenvalues 1 .. 0.01 of E[x x^T]
+    x = rng.standard_normal((TOY_SAMPLES, TOY_DIM)) * np.sqrt(curvature)
+    w_star = rng.standard_normal(TOY_DIM)
+    y = x @ w_star + TOY_NOISE * rng.standard_normal(TOY_SAMPLES)
+    ctx = BatchContext(
+        TOY_B,
+        (TOY_B0, TOY_BMAX),
+        None,
+        lambda batch: batch / (TOY_OVERHEAD_S + TOY_SAMPLE_S * batch),
+        TOY_B0,
+    )
+    policy, batch = None, TOY_B0
+    if side.startswith("fixed-"):
+        batch = int(side.split("-")[1])
+    else:
+        policy = make_policy(
+            side, micro_batch_size=TOY_B, bounds=(TOY_B0, TOY_BMAX), every=every,
+            lr_scaling=TOY_SCALING[side],
+        )  # fmt: skip
+    w, seconds, samples, order, pos = np.zeros(TOY_DIM), 0.0, 0, rng.permutation(TOY_SAMPLES), 0
+    for step in range(max_steps):
+        m = batch // TOY_B
+        if pos + batch > TOY_SAMPLES:
+            order, pos = rng.permutation(TOY_SAMPLES), 0
+        idx, pos = order[pos : pos + batch], pos + batch
+        residual = x[idx] @ w - y[idx]
+        per_micro = (residual[:, None] * x[idx]).reshape(m, TOY_B, TOY_DIM).mean(axis=1)
+        grad = per_micro.mean(axis=0)
+        factor = policy.lr_factor(batch, ctx) if policy else math.sqrt(batch / TOY_B0)
+        w -= TOY_LR * factor * grad
+        seconds += TOY_OVERHEAD_S + TOY_SAMPLE_S * batch
+        samples += batch
+        if 0.5 * float(((w - w_star) ** 2 * curvature).sum()) <= target:
+            return {"steps": step + 1, "samples": samples, "model_s": seconds, "last": batch}
+        if policy is not None:
+            similarity = None
+            if needs_similarity(policy, step) and m >= 2:
+                h1, h2 = per_micro[: m // 2].sum(0), per_micro[m // 2 :].sum(0)
+                similarity = float(h1 @ h2 / math.sqrt((h1 @ h1) * (h2 @ h2)))
+            sqnorms = tuple(float(v) for v in (per_micro**2).sum(axis=1))
+            stats = StepStats(step, TOY_B, m, sqnorms, float(grad @ grad), similarity, 0.0)
+            batch = policy.decide(stats, ctx)
+    return {"steps": None, "samples": samples, "model_s": seconds, "last": batch}
+
+
+def toy_study(seeds: list[int], target: float, every: int) -> dict:
+    sides = [f"fixed-{b}" for b in (16, 64, 256, 1024)] + list(ADAPTIVE)
+    out = {}
+    for side in sides:
+        runs = [toy_run(side, seed, target, every) for seed in seeds]
+        done = [r for r in runs if r["steps"] is not None]
+        out[side] = {
+            "reached": f"{len(done)}/{len(runs)}",
+            **{
+                key: {
+                    "mean": statistics.mean(r[key] for r in done),
+                    "median": statistics.median(r[key] for r in done),
+                    "min": min(r[key] for r in done),
+                    "max": max(r[key] for r in done),
+                }
+                if done
+                else None
+                for key in ("steps", "samples", "model_s")
+            },
+            "runs": runs,
+        }
+    return out
+
+
+def toy_table(sides: dict) -> str:
+    lines = ["| side | reached | steps | samples | modelled s | median modelled s |"]
+    lines.append("|---|---|---|---|---|---|")
+    for side, agg in sides.items():
+        cells = [_fmt(agg["steps"], 0), _fmt(agg["samples"], 0), _fmt(agg["model_s"])]
+        cells.append(f"{agg['model_s']['median']:.1f}" if agg["model_s"] else "-")
+        lines.append(f"| {side} | {agg['reached']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="digits,reverse")
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default=None, help="comma list (default 0,1,2; --toy: 0..15)")
     p.add_argument("--sides", default=None, help="comma list (default: the sweep + adaptive)")
     p.add_argument("--workers", default="v100,k80,k80")
     p.add_argument("--eval-every", type=int, default=20)
@@ -261,7 +358,16 @@ def main() -> None:
         "--smoke", action="store_true", help="digits, one seed, 2 x 2 steps per side, target 0"
     )
     p.add_argument("--json", default=None, help="also write the JSON object here")
+    p.add_argument("--toy", action="store_true", help="the model study only (numpy, seconds)")
+    p.add_argument("--toy-target", type=float, default=1.5e-4)
     args = p.parse_args()
+    if args.toy:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(16))
+        sides = toy_study(seeds, args.toy_target, args.batch_every)
+        print(json.dumps({"toy": sides, "target": args.toy_target, "seeds": seeds}))
+        print(toy_table(sides))
+        return
+    args.seeds = args.seeds or "0,1,2"
     if args.smoke:
         args.tasks, args.seeds, args.workers = "digits", "0", "v100,k80"
         args.eval_every, args.max_steps, args.batch_every = 2, 4, 2

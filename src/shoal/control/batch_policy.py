@@ -228,10 +228,10 @@ class PolluxPolicy(_Policy):
         `candidates` + 1 of them (snapped, deduplicated) when there are more."""
         low = _within(context.bounds[0], context, self.bounds)
         high = _within(context.bounds[1], context, self.bounds)
-        if math.isfinite(self.max_growth):
-            low = max(low, _within(current / self.max_growth, context, self.bounds))
-            high = min(high, _within(current * self.max_growth, context, self.bounds))
         b = context.micro_batch_size
+        if math.isfinite(self.max_growth):  # at least one micro-batch either way
+            low = max(low, _within(min(current / self.max_growth, current - b), context, None))
+            high = min(high, _within(max(current * self.max_growth, current + b), context, None))
         if (high - low) // b + 1 <= self.candidates + 1:
             return list(range(low, high + 1, b))
         grid = [round(low * (high / low) ** (i / self.candidates) / b) * b for i in range(
