@@ -11,7 +11,9 @@ prior (the device table's relative speed) scaled by the measured workers. Member
 may have measured different things (a newcomer nothing, a worker that joined later less), so the
 group first adopts one member's measurements (`state_dict`, sent by the runtime at a regroup).
 The first step after a regroup is not learned from: cold caches, first allocations, a
-recomputed step.
+recomputed step. An adaptive batch changes M between steps (`resize`: re-plan now, measurements
+kept); the batch policy's throughput model (`throughput_model`) is built from priors only, so
+every layout decides the same batch.
 """
 
 from __future__ import annotations
