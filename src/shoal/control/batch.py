@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from shoal.control.batch_policy import BatchContext, BatchPolicy, make_policy
 from shoal.control.gradstats import StepStats, synthetic_stats
-from shoal.perf.goodput import GoodputModel, goodput_model
+from shoal.perf.goodput import Counts, GoodputModel, goodput_model
 
 PROFILE_UNIT = (("t4", 1),)  # one GPU of the profiled kind: the unit of speedup
 
@@ -50,7 +50,7 @@ def sim_policy() -> BatchPolicy:
 
 
 def sim_inputs(
-    model: GoodputModel, key, num_nodes: int, progress: float, batch: float | None = None
+    model: GoodputModel, key: Counts, num_nodes: int, progress: float, batch: float | None = None
 ) -> tuple[StepStats, BatchContext]:
     """What the simulator hands the policy: the profile's statistics at `progress` as a step's
     StepStats, and a BatchContext whose throughput is the placement's profiled step time."""
@@ -73,7 +73,7 @@ def sim_inputs(
     return stats, context
 
 
-def _settle(model: GoodputModel, key, num_nodes: int, progress: float) -> float:
+def _settle(model: GoodputModel, key: Counts, num_nodes: int, progress: float) -> float:
     """A live pollux run decides from the statistics of the batch it trains at, then trains at
     its choice and decides again: replay that loop on the profile (from B0) until the choice
     repeats (a few rounds; SETTLE_ROUNDS at most)."""

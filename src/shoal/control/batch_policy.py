@@ -101,7 +101,14 @@ class _Policy:
     name = ""
     options: dict[str, type] = {}
 
-    def __init__(self, micro_batch_size, bounds, every, lr_scaling, smoothing=0.9) -> None:
+    def __init__(
+        self,
+        micro_batch_size: int,
+        bounds: tuple[int, int] | None,
+        every: int,
+        lr_scaling: str,
+        smoothing: float = 0.9,
+    ) -> None:
         self.micro_batch_size = micro_batch_size
         self.bounds = bounds
         self.every = every
@@ -184,9 +191,13 @@ class JabasPolicy(_Policy):
         self.gamma, self.alpha = gamma, alpha
 
     def _choose(self, stats, context, current):
-        if not is_decision_step(stats.step, self.every) or stats.similarity is None:
+        if not is_decision_step(stats.step, self.every):
             return current
         b, m = context.micro_batch_size, stats.num_micro_batches
+        if m < 2:  # one micro-batch has no halves: grow to the smallest batch that has them
+            return 2 * b
+        if stats.similarity is None:
+            return current
         # FLOAT_SLACK: 320 * 1.1 / 32 is 11.000000000000002 in floats, and must not become 12
         if stats.similarity < self.gamma:  # halves disagree: noise dominates, grow
             return max(math.ceil(current * (1 + self.alpha) / b - FLOAT_SLACK), m + 1) * b

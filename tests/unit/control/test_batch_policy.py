@@ -57,6 +57,7 @@ def test_jabas_rule_by_hand():
     assert p.decide(_stats(59, 32, 10, similarity=0.1), ctx) == 320  # on target: stay
     assert p.decide(_stats(69, 32, 10, similarity=0.0), _context(32, (32, 4096), 10, 320)) == 320
     assert p.state_dict()["trajectory"][0] == [4, 320]
+    assert p.decide(_stats(79, 32, 1), _context(32, (32, 4096), None, 32)) == 64  # M=1: no halves
 
 
 def test_pollux_picks_the_goodput_optimum_by_hand():
