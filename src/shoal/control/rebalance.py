@@ -11,12 +11,14 @@ prior (the device table's relative speed) scaled by the measured workers. Member
 may have measured different things (a newcomer nothing, a worker that joined later less), so the
 group first adopts one member's measurements (`state_dict`, sent by the runtime at a regroup).
 The first step after a regroup is not learned from: cold caches, first allocations, a
-recomputed step.
+recomputed step. An adaptive batch changes M between steps (`resize`: re-plan now, measurements
+kept); the batch policy's throughput model (`throughput_model`) is built from priors only, so
+every layout decides the same batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from shoal.perf import step_time
 from shoal.plan import Plan
@@ -63,6 +65,38 @@ class Rebalancer:
     @property
     def plan(self) -> Plan:
         return self._plan
+
+    def resize(self, num_micro_batches: int) -> Plan:
+        """A new global batch of `num_micro_batches`: re-plan now with the current fitted
+        speeds (the measurements are per micro-batch, so they stay valid)."""
+        if num_micro_batches < 1:
+            raise ValueError("num_micro_batches must be >= 1")
+        self.num_micro_batches = num_micro_batches
+        self._plan = self._replan()
+        return self._plan
+
+    def throughput_model(
+        self, micro_batch_size: int, priors_s: Sequence[float], step_overhead_s: float = 0.0
+    ) -> Callable[[int], float]:
+        """Samples/s at global batch B on workers of `priors_s` seconds per micro-batch: the
+        step-time model's split and makespan (+ a fixed per-step overhead). Built from priors,
+        never from this group's measurements, so every layout gets the same model and a batch
+        decision made with it is layout-invariant (the runtime passes its reference placement's
+        priors). No caps: the memory cap is the policy's, not the model's."""
+        priors = list(priors_s)
+        seconds = step_time.estimate_seconds([None] * len(priors), priors)
+        memo: dict[int, float] = {}
+
+        def samples_per_s(batch: int) -> float:
+            m = max(1, -(-int(batch) // micro_batch_size))
+            if m not in memo:
+                plan = step_time.split(m, seconds)
+                memo[m] = (
+                    m * micro_batch_size / step_time.step_seconds(plan, seconds, step_overhead_s)
+                )
+            return memo[m]
+
+        return samples_per_s
 
     def _replan(self) -> Plan:
         seconds = self.fit.estimates_s(self.worker_ids, self.priors_s)

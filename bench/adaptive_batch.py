@@ -1,0 +1,403 @@
+"""Time to accuracy with an adaptive global batch: fixed batches (a sweep) vs jabas, pollux, shoal.
+
+    python bench/adaptive_batch.py [--tasks digits,reverse] [--seeds 0,1,2]
+        [--workers v100,k80,k80] [--eval-every 20] [--max-steps 600] [--json FILE]
+    python bench/adaptive_batch.py --smoke   # digits, 2 x 2 steps per side, 1 seed: plumbing only
+
+Tasks (this file is also their job file: `shoal run bench/adaptive_batch.py -o task='digits'`):
+- `digits`: examples/digits.py's CNN (SGD, momentum 0.9) on scikit-learn's digits; 300 images
+  held out (a fixed permutation); target: validation accuracy >= --target-digits (0.95).
+- `reverse`: examples/transformer.py's transformer (AdamW, 10-step warm-up) learning to reverse
+  sequences; 1,024 held-out sequences of another seed; target: validation loss <=
+  --target-reverse (0.3). (The issue names a character-level Shakespeare model; no corpus is
+  shipped in this tree, so the shipped transformer example stands in.)
+
+Sides, each `shoal run` on the emulated mixed cluster `--workers`, >= 3 seeds:
+- `fixed-B` for every B of the sweep (--sweep, multiples of the micro-batch size); its first is
+  `fixed-small`, its last `fixed-large`; `best-fixed` is the sweep's side with the lowest mean
+  wall time to the target (among those reaching it on every seed);
+- `jabas`, `pollux`, `shoal`: `--batch-policy NAME --batch-bounds SMALL:LARGE --batch-every P
+  --lr-scaling sqrt`, starting at the small batch (`global_batch_size` = the sweep's first).
+Every side scales the learning rate by sqrt(B / B_small) (the fixed sides through the job's `lr`
+option, the adaptive ones through `--lr-scaling sqrt`), so the sides differ only in the batch.
+
+Validation: each run is cut into segments of --eval-every steps (`--steps` grows, `--resume`
+continues bit for bit); after each segment the final checkpoint's model is evaluated on the
+held-out set in this process. Reported per run: steps, samples, wall time (the sum of the
+steps' own `step_time_s`: restarts and evaluations excluded) and emulated GPU-seconds (step time
+x workers in the step) to the first evaluation that meets the target, and the final metric;
+per side, mean and spread (min..max) over seeds. Prints one JSON object, then a table.
+
+The adaptive sides need the issue-13 runtime (`shoal run --batch-policy`); where this tree's
+`shoal run` lacks the flag they are skipped with a note. Do not read wall times from a loaded
+host: run it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+import shoal
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ADAPTIVE = ("jabas", "pollux", "shoal")
+TASKS = {
+    # micro-batch size, base LR at the small batch, sweep of global batches, metric, better
+    "digits": {"b": 16, "lr": 0.05, "sweep": (32, 64, 128, 256, 512), "metric": "accuracy"},
+    "reverse": {"b": 16, "lr": 1e-3, "sweep": (32, 64, 128, 256, 512), "metric": "loss"},
+}
+HELD_OUT_DIGITS = 300
+PERMUTATION_SEED = 1234  # the train/validation split of digits: fixed, not the run's seed
+
+
+def _example(name: str):
+    path = ROOT / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"shoal_example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _digits_split():
+    digits = _example("digits")
+    x, y = digits.load_digits()
+    images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(PERMUTATION_SEED))
+    train, val = order[:-HELD_OUT_DIGITS], order[-HELD_OUT_DIGITS:]
+    labels = torch.tensor(y)
+    return digits, (images[train], labels[train]), (images[val], labels[val])
+
+
+def make_job(task="digits", micro_batch_size=16, global_batch_size=32, lr=0.05, seed=0):
+    """The benchmark's job (this file is a shoal job file)."""
+    if task == "digits":
+        digits, (x, y), _ = _digits_split()
+        model, dataset = digits.make_model, torch.utils.data.TensorDataset(x, y)
+        optimizer = lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)  # noqa: E731
+        loss_fn, scheduler = digits.loss_fn, None
+    else:
+        rev = _example("transformer")
+        model, dataset = rev.Reverser, rev.ReverseDataset(4096, seed)
+        optimizer = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
+        loss_fn = rev.loss_fn
+        scheduler = lambda opt: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
+            opt, lambda step: min(1.0, (step + 1) / 10)
+        )
+    return shoal.Job(
+        model=model,
+        optimizer=optimizer,
+        dataset=dataset,
+        loss_fn=loss_fn,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seed=seed,
+        lr_scheduler=scheduler,
+    )
+
+
+def evaluate(task: str, model_state: dict) -> float:
+    """Validation accuracy (digits) or loss (reverse) of a checkpoint's model."""
+    torch.manual_seed(0)
+    if task == "digits":
+        digits, _, (x, y) = _digits_split()
+        model = digits.make_model()
+    else:
+        rev = _example("transformer")
+        model, val = rev.Reverser(), rev.ReverseDataset(1024, 10_000)
+        x, y = val.inputs, val.inputs.flip(1)
+    model.load_state_dict(model_state)
+    model.eval()
+    with torch.no_grad():
+        if task == "digits":
+            return float((model(x).argmax(dim=1) == y).float().mean())
+        return float(rev.loss_fn(model, (x, y)))
+
+
+def _latest_model(out: pathlib.Path) -> dict:
+    ckpts = sorted((out / "checkpoints").glob("ckpt-*.pt"), key=lambda p: int(p.stem[5:]))
+    return torch.load(ckpts[-1], weights_only=True)["model"]
+
+
+def side_flags(side: str, task: str, args) -> tuple[dict, list[str]]:
+    """(job options, extra `shoal run` flags) of a side."""
+    spec = TASKS[task]
+    small, large = spec["sweep"][0], spec["sweep"][-1]
+    options = {"task": task, "micro_batch_size": spec["b"], "lr": spec["lr"]}
+    if side.startswith("fixed-"):
+        batch = int(side.split("-")[1])
+        options.update(global_batch_size=batch, lr=spec["lr"] * math.sqrt(batch / small))
+        return options, []
+    options["global_batch_size"] = small
+    flags = ["--batch-policy", side, "--batch-bounds", f"{small}:{large}"]
+    flags += ["--batch-every", str(args.batch_every), "--lr-scaling", "sqrt"]
+    return options, flags
+
+
+def run_side(side: str, task: str, seed: int, args) -> dict:
+    """One seeded run of a side, evaluated every --eval-every steps until the target or the
+    step budget; the per-run figures."""
+    options, flags = side_flags(side, task, args)
+    options["seed"] = seed
+    out = pathlib.Path(tempfile.mkdtemp(prefix=f"shoal-ab-{task}-{side}-"))
+    target, better = args.targets[task], TASKS[task]["metric"]
+    evals, steps = [], 0
+    while steps < args.max_steps:
+        steps = min(args.max_steps, steps + args.eval_every)
+        cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
+        cmd += ["--workers", args.workers, "--steps", str(steps), *flags]
+        cmd += ["--resume" if evals else "--out", str(out)]
+        for key, value in options.items():
+            cmd += ["--option", f"{key}={value!r}"]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+        metric = evaluate(task, _latest_model(out))
+        evals.append((steps, metric))
+        met = (metric >= target) if better == "accuracy" else (metric <= target)
+        if met and not args.smoke:  # the smoke run keeps going: it checks --resume too
+            break
+    return summarise(out, evals, target, better)
+
+
+def summarise(out: pathlib.Path, evals, target: float, better: str) -> dict:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = {r["step"]: r for r in rows if r.get("kind") == "step"}  # a redone step: the last
+    reached = next(
+        (s for s, m in evals if (m >= target if better == "accuracy" else m <= target)), None
+    )
+    upto = [steps[s] for s in sorted(steps) if reached is not None and s < reached]
+    batches = [steps[s].get("global_batch_size") for s in sorted(steps)]
+    return {
+        "reached": reached is not None,
+        "steps": reached,
+        "samples": sum(r["global_batch_size"] for r in upto) if upto else None,
+        "wall_s": sum(r["step_time_s"] for r in upto) if upto else None,
+        "gpu_s": sum(r["step_time_s"] * len(r["workers"]) for r in upto) if upto else None,
+        "final_metric": evals[-1][1],
+        "evals": evals,
+        "batch_first_last": [batches[0], batches[-1]] if batches else None,
+        "out": str(out),
+    }
+
+
+def aggregate(runs: list[dict]) -> dict:
+    """Mean and min..max over seeds of each figure (over the runs that reached the target)."""
+    agg = {"reached": f"{sum(r['reached'] for r in runs)}/{len(runs)}"}
+    for key in ("steps", "samples", "wall_s", "gpu_s", "final_metric"):
+        values = [r[key] for r in runs if r[key] is not None]
+        agg[key] = (
+            {"mean": statistics.mean(values), "min": min(values), "max": max(values)}
+            if values
+            else None
+        )
+    return agg
+
+
+def has_batch_policy() -> bool:
+    env = dict(os.environ)
+    done = subprocess.run(
+        [sys.executable, "-m", "shoal", "run", "--help"], capture_output=True, text=True, env=env
+    )
+    return "--batch-policy" in done.stdout
+
+
+def best_fixed(sides: dict[str, dict]) -> str | None:
+    """The sweep's side with the lowest mean wall time to target among those always reaching it."""
+    ok = [
+        (agg["wall_s"]["mean"], side)
+        for side, agg in sides.items()
+        if side.startswith("fixed-")
+        and agg["wall_s"]
+        and agg["reached"].split("/")[0] == agg["reached"].split("/")[1]
+    ]
+    return min(ok)[1] if ok else None
+
+
+def _fmt(stat, digits=1):
+    if stat is None:
+        return "-"
+    mean, low, high = (f"{stat[k]:.{digits}f}" for k in ("mean", "min", "max"))
+    return f"{mean} [{low}..{high}]"
+
+
+def table(results: dict) -> str:
+    lines = []
+    for task, res in results["tasks"].items():
+        lines.append(f"\n{task} (target {res['target']}; best fixed: {res['best_fixed']})")
+        lines.append("| side | reached | steps | samples | wall s | GPU-s | final metric |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for side, agg in res["sides"].items():
+            cells = [_fmt(agg["steps"], 0), _fmt(agg["samples"], 0), _fmt(agg["wall_s"])]
+            cells += [_fmt(agg["gpu_s"]), _fmt(agg["final_metric"], 3)]
+            lines.append(f"| {side} | {agg['reached']} | " + " | ".join(cells) + " |")
+    for note in results["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+# --- the model study (--toy): the policies' own decisions on exact gradients, modelled time ---
+TOY_DIM, TOY_SAMPLES, TOY_NOISE = 10, 50_000, 1.0
+TOY_B, TOY_B0, TOY_BMAX = 8, 16, 2048  # micro-batch, initial and largest global batch
+TOY_OVERHEAD_S, TOY_SAMPLE_S = 0.02, 1e-4  # modelled step: 20 ms + 0.1 ms per sample
+TOY_LR = 0.05  # SGD learning rate at B0
+TOY_SCALING = {"jabas": "sqrt", "pollux": "adascale", "shoal": "adascale"}
+
+
+def toy_run(side: str, seed: int, target: float, every: int, max_steps: int = 20_000) -> dict:
+    """SGD on a noisy, ill-conditioned least-squares problem (numpy; gradients exact per
+    micro-batch, as the runtime measures them) until the excess loss is <= `target`; the batch
+    follows the side's policy through the same `decide` call as a live run."""
+    import numpy as np
+
+    from shoal.control.batch_policy import BatchContext, make_policy, needs_similarity
+    from shoal.control.gradstats import StepStats
+
+    rng = np.random.default_rng(seed)
+    curvature = np.logspace(0, -2, TOY_DIM)  # eigenvalues 1 .. 0.01 of E[x x^T]
+    x = rng.standard_normal((TOY_SAMPLES, TOY_DIM)) * np.sqrt(curvature)
+    w_star = rng.standard_normal(TOY_DIM)
+    y = x @ w_star + TOY_NOISE * rng.standard_normal(TOY_SAMPLES)
+    ctx = BatchContext(
+        TOY_B,
+        (TOY_B0, TOY_BMAX),
+        None,
+        lambda batch: batch / (TOY_OVERHEAD_S + TOY_SAMPLE_S * batch),
+        TOY_B0,
+    )
+    policy, batch = None, TOY_B0
+    if side.startswith("fixed-"):
+        batch = int(side.split("-")[1])
+    else:
+        policy = make_policy(
+            side, micro_batch_size=TOY_B, bounds=(TOY_B0, TOY_BMAX), every=every,
+            lr_scaling=TOY_SCALING[side],
+        )  # fmt: skip
+    w, seconds, samples, order, pos = np.zeros(TOY_DIM), 0.0, 0, rng.permutation(TOY_SAMPLES), 0
+    for step in range(max_steps):
+        m = batch // TOY_B
+        if pos + batch > TOY_SAMPLES:
+            order, pos = rng.permutation(TOY_SAMPLES), 0
+        idx, pos = order[pos : pos + batch], pos + batch
+        residual = x[idx] @ w - y[idx]
+        per_micro = (residual[:, None] * x[idx]).reshape(m, TOY_B, TOY_DIM).mean(axis=1)
+        grad = per_micro.mean(axis=0)
+        factor = policy.lr_factor(batch, ctx) if policy else math.sqrt(batch / TOY_B0)
+        w -= TOY_LR * factor * grad
+        seconds += TOY_OVERHEAD_S + TOY_SAMPLE_S * batch
+        samples += batch
+        if 0.5 * float(((w - w_star) ** 2 * curvature).sum()) <= target:
+            return {"steps": step + 1, "samples": samples, "model_s": seconds, "last": batch}
+        if policy is not None:
+            similarity = None
+            if needs_similarity(policy, step) and m >= 2:
+                h1, h2 = per_micro[: m // 2].sum(0), per_micro[m // 2 :].sum(0)
+                similarity = float(h1 @ h2 / math.sqrt((h1 @ h1) * (h2 @ h2)))
+            sqnorms = tuple(float(v) for v in (per_micro**2).sum(axis=1))
+            stats = StepStats(step, TOY_B, m, sqnorms, float(grad @ grad), similarity, 0.0)
+            batch = policy.decide(stats, ctx)
+    return {"steps": None, "samples": samples, "model_s": seconds, "last": batch}
+
+
+def toy_study(seeds: list[int], target: float, every: int) -> dict:
+    sides = [f"fixed-{b}" for b in (16, 64, 256, 1024)] + list(ADAPTIVE)
+    out = {}
+    for side in sides:
+        runs = [toy_run(side, seed, target, every) for seed in seeds]
+        done = [r for r in runs if r["steps"] is not None]
+        out[side] = {
+            "reached": f"{len(done)}/{len(runs)}",
+            **{
+                key: {
+                    "mean": statistics.mean(r[key] for r in done),
+                    "median": statistics.median(r[key] for r in done),
+                    "min": min(r[key] for r in done),
+                    "max": max(r[key] for r in done),
+                }
+                if done
+                else None
+                for key in ("steps", "samples", "model_s")
+            },
+            "runs": runs,
+        }
+    return out
+
+
+def toy_table(sides: dict) -> str:
+    lines = ["| side | reached | steps | samples | modelled s | median modelled s |"]
+    lines.append("|---|---|---|---|---|---|")
+    for side, agg in sides.items():
+        cells = [_fmt(agg["steps"], 0), _fmt(agg["samples"], 0), _fmt(agg["model_s"])]
+        cells.append(f"{agg['model_s']['median']:.1f}" if agg["model_s"] else "-")
+        lines.append(f"| {side} | {agg['reached']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", default="digits,reverse")
+    p.add_argument("--seeds", default=None, help="comma list (default 0,1,2; --toy: 0..15)")
+    p.add_argument("--sides", default=None, help="comma list (default: the sweep + adaptive)")
+    p.add_argument("--workers", default="v100,k80,k80")
+    p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument("--max-steps", type=int, default=600)
+    p.add_argument("--batch-every", type=int, default=10)
+    p.add_argument("--target-digits", type=float, default=0.95)
+    p.add_argument("--target-reverse", type=float, default=0.3)
+    p.add_argument(
+        "--smoke", action="store_true", help="digits, one seed, 2 x 2 steps per side, target 0"
+    )
+    p.add_argument("--json", default=None, help="also write the JSON object here")
+    p.add_argument("--toy", action="store_true", help="the model study only (numpy, seconds)")
+    p.add_argument("--toy-target", type=float, default=1.5e-4)
+    args = p.parse_args()
+    if args.toy:
+        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(16))
+        sides = toy_study(seeds, args.toy_target, args.batch_every)
+        print(json.dumps({"toy": sides, "target": args.toy_target, "seeds": seeds}))
+        print(toy_table(sides))
+        return
+    args.seeds = args.seeds or "0,1,2"
+    if args.smoke:
+        args.tasks, args.seeds, args.workers = "digits", "0", "v100,k80"
+        args.eval_every, args.max_steps, args.batch_every = 2, 4, 2
+        args.target_digits = 0.0  # every evaluation meets it: the figures' plumbing runs
+    args.targets = {"digits": args.target_digits, "reverse": args.target_reverse}
+    adaptive_ok = has_batch_policy()
+    results = {"workers": args.workers, "tasks": {}, "notes": []}
+    if not adaptive_ok:
+        results["notes"].append("adaptive sides skipped: `shoal run` has no --batch-policy yet")
+    for task in args.tasks.split(","):
+        sweep = [f"fixed-{b}" for b in TASKS[task]["sweep"]]
+        if args.smoke:
+            sweep = [sweep[0], sweep[-1]]
+        sides = args.sides.split(",") if args.sides else sweep + list(ADAPTIVE)
+        sides = [s for s in sides if adaptive_ok or s not in ADAPTIVE]
+        per_side = {}
+        for side in sides:
+            runs = [run_side(side, task, int(seed), args) for seed in args.seeds.split(",")]
+            per_side[side] = aggregate(runs) | {"runs": runs}
+        results["tasks"][task] = {
+            "target": args.targets[task],
+            "sides": per_side,
+            "best_fixed": best_fixed(per_side),
+        }
+    text = json.dumps(results, default=str)
+    print(text)
+    if args.json:
+        pathlib.Path(args.json).write_text(text)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
