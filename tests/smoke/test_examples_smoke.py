@@ -16,7 +16,11 @@ DONE = re.compile(r"^done: 2 steps in [\d.]+s, [\d,]+ samples/s, state_sha256 ([
 
 @pytest.mark.parametrize(
     ("example", "workers"),
-    [("examples/digits.py", "v100,k80"), ("examples/transformer.py", "v100")],
+    [
+        ("examples/digits.py", "v100,k80"),
+        ("examples/transformer.py", "v100"),
+        ("examples/shakespeare.py", "v100"),
+    ],
 )
 def test_example_runs_two_steps(example, workers, tmp_path):
     out = tmp_path / "run"
