@@ -199,7 +199,7 @@ class Schedule:
         """Turn `self.mod` into an fx `GraphModule` (children stay leaves unless `flatten`)."""
         from .tracer import trace_schedule
 
-        return trace_schedule(self, recursive, flatten, leaf_modules, tracer, concrete_args)
+        return trace_schedule(self, recursive, flatten, leaf_modules, tracer, concrete_args, config)
 
     def trace_until(
         self,
@@ -207,11 +207,12 @@ class Schedule:
         tracer: str = "pytorch",
         concrete_args: dict | None = None,
         leaf_modules: list[str] | None = None,
+        config: dict | None = None,
     ) -> bool:
         """Flatten-trace the root down to `paths`; their children become graph leaves."""
         from .tracer import trace_until
 
-        return trace_until(self, paths, tracer, concrete_args, leaf_modules)
+        return trace_until(self, paths, tracer, concrete_args, leaf_modules, config)
 
     def find_node(self, fn: Callable[[fx.Node], bool]) -> list[tuple[str, fx.Node]]:
         """All fx nodes (in this subtree's graphs) for which `fn(node)` is true."""
