@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import fx, nn
 
@@ -35,6 +36,8 @@ def is_builtin_leaf(mod: nn.Module) -> bool:
     """Built-in `torch.nn` modules (except containers) have no schedule children."""
     if type(mod) is nn.Module or isinstance(mod, nn.Sequential | nn.ModuleList | nn.ModuleDict):
         return False
+    if isinstance(mod, torch.jit.ScriptModule):  # compiled (fuse): nothing to schedule inside
+        return True
     module = type(mod).__module__
     return module.startswith("torch.nn") or module.startswith("torch.ao.nn")
 

@@ -39,6 +39,8 @@ class ScheduleTracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if getattr(m, "traceable", True) is False or id(m) in self.leaf_ids:
             return True
+        if isinstance(m, torch.jit.ScriptModule):
+            return True
         cls_name = type(m).__name__
         for entry in self.leaf_names:
             if entry in cls_name or module_qualified_name == entry:
