@@ -1,5 +1,6 @@
-"""Hugging Face models built tiny from configs, scheduled with tensor parallelism + activation
-checkpointing on 2 gloo ranks, compared with the unscheduled model (forward and every gradient).
+"""Hugging Face models built tiny from configs, scheduled with tensor parallelism (blocks and the
+vocabulary-parallel token embedding) + activation checkpointing on 2 gloo ranks, compared with
+the unscheduled model (forward and every gradient).
 
 Run by tests/dist/test_model_schedules.py. No weights are downloaded: each model is built from a
 config (2 layers, hidden 32, dropout off so both runs draw no random numbers).
@@ -15,6 +16,7 @@ import transformers as tf
 
 from shoal.schedule.model_schedule import apply_schedule
 from shoal.schedule.model_schedule.base import _pack_by_rank
+from shoal.schedule.model_schedule.hf import HF_SPECS
 
 VOCAB, HIDDEN, HEADS, SEQ = 64, 32, 4, 8
 
@@ -59,7 +61,7 @@ def _check(name: str, rank: int) -> None:
     torch.manual_seed(0)
     model = cls(config).train()
     ref = copy.deepcopy(model)
-    sch = apply_schedule(model, name, ckpt_ratio=1.0, group=None)
+    sch = apply_schedule(model, name, ckpt_ratio=1.0, group=None, vocab_parallel=True)
     assert sch.mod is model
     wrapped = [p for p, s in sch.named_schedules() if type(s.mod).__name__ == "CheckPointWrapper"]
     assert len(wrapped) == 2, wrapped
@@ -79,7 +81,8 @@ def _check(name: str, rank: int) -> None:
             param.grad, _expected_grad(full, param, rank), rtol=1e-4, atol=1e-5,
             msg=lambda m, n=pname: f"{name}: grad of {n}: {m}",
         )  # fmt: skip
-    assert sharded >= 8, f"{name}: only {sharded} sharded parameters"
+    assert sharded >= 9, f"{name}: only {sharded} sharded parameters"
+    assert getattr(sch.get_module(HF_SPECS[name].embedding).weight, "shard_axis", None) == 0
 
 
 CASES = {f"hf_{name}": (lambda rank, n=name: _check(n, rank)) for name in _configs()}

@@ -32,6 +32,7 @@ class HFSpec:
     mlp: str  # MLP owner, relative to a block ("" = the block itself)
     fc_in: tuple[str, ...]
     fc_out: str
+    embedding: str  # the token embedding, relative to the bare model
     conv1d: bool = False
 
 
@@ -44,25 +45,27 @@ _BERT = HFSpec(
     "",
     ("intermediate.dense",),
     "output.dense",
+    "embeddings.word_embeddings",
 )
 HF_SPECS: dict[str, HFSpec] = {
     "gpt2": HFSpec(
         "h", "attn", ("c_attn",), "c_proj", ("num_heads", "split_size", "embed_dim"), "mlp",
-        ("c_fc",), "c_proj", conv1d=True,
+        ("c_fc",), "c_proj", "wte", conv1d=True,
     ),
     "gpt_neo": HFSpec(
         "h", "attn.attention", ("q_proj", "k_proj", "v_proj"), "out_proj",
-        ("num_heads", "embed_dim"), "mlp", ("c_fc",), "c_proj",
+        ("num_heads", "embed_dim"), "mlp", ("c_fc",), "c_proj", "wte",
     ),
     "bert": _BERT,
     "roberta": _BERT,
     "opt": HFSpec(
         "decoder.layers", "self_attn", ("q_proj", "k_proj", "v_proj"), "out_proj",
-        ("num_heads", "embed_dim"), "", ("fc1",), "fc2",
+        ("num_heads", "embed_dim"), "", ("fc1",), "fc2", "decoder.embed_tokens",
     ),
     "llama": HFSpec(
         "layers", "self_attn", ("q_proj", "k_proj", "v_proj"), "o_proj",
         ("num_heads", "num_key_value_heads"), "mlp", ("gate_proj", "up_proj"), "down_proj",
+        "embed_tokens",
     ),
 }  # fmt: skip
 
@@ -80,10 +83,22 @@ def _prefix(model: nn.Module, spec: HFSpec) -> str:
         return getattr(model, "base_model_prefix", "")
 
 
-def schedule(sch: Any, model_name: str, *, ckpt_ratio: float = 0.0, prefix: str = "") -> None:
-    """Tensor parallelism over `sch.group` for every block, then checkpointing."""
+def schedule(
+    sch: Any,
+    model_name: str,
+    *,
+    ckpt_ratio: float = 0.0,
+    prefix: str = "",
+    vocab_parallel: bool = False,
+) -> None:
+    """Tensor parallelism over `sch.group` for every block, then checkpointing.
+
+    `vocab_parallel` also splits the token embedding by rows (for bare models: a head tied to
+    the embedding would need its own vocabulary-parallel treatment)."""
     spec = HF_SPECS[model_name]
     layers = f"{prefix}.{spec.layers}" if prefix else spec.layers
+    if vocab_parallel:
+        base.shard_word_embedding(sch, f"{prefix}.{spec.embedding}" if prefix else spec.embedding)
     blocks = [f"{layers}.{i}" for i in range(len(sch.get_module(layers)))]
     for block in blocks:
         attn = sch[f"{block}.{spec.attn}"]
@@ -103,6 +118,7 @@ def apply_schedule(
     ckpt_ratio: float = 0.0,
     group: Any = None,
     prefix: str | None = None,
+    vocab_parallel: bool = False,
     **_unused: Any,
 ) -> Any:
     """Schedule a transformers model (built by the caller, e.g. from a config); returns the
@@ -111,10 +127,7 @@ def apply_schedule(
         raise ValueError(f"no Hugging Face schedule for {model_name!r}; known: {list(HF_SPECS)}")
     sch = slapo.create_schedule(model, group=group)
     spec = HF_SPECS[model_name]
-    schedule(
-        sch,
-        model_name,
-        ckpt_ratio=ckpt_ratio,
-        prefix=_prefix(model, spec) if prefix is None else prefix,
-    )
+    if prefix is None:
+        prefix = _prefix(model, spec)
+    schedule(sch, model_name, ckpt_ratio=ckpt_ratio, prefix=prefix, vocab_parallel=vocab_parallel)
     return sch
