@@ -36,15 +36,18 @@ class ScheduleTracer(fx.Tracer):
         self.leaf_names = list(leaf_modules or [])
         self.leaf_ids = leaf_ids or set()
 
-    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+    def is_explicit_leaf(self, m: nn.Module, module_qualified_name: str) -> bool:
+        """The schedule's own leaves: untraceable, requested, or already compiled modules."""
         if getattr(m, "traceable", True) is False or id(m) in self.leaf_ids:
             return True
         if isinstance(m, torch.jit.ScriptModule):
             return True
         cls_name = type(m).__name__
-        for entry in self.leaf_names:
-            if entry in cls_name or module_qualified_name == entry:
-                return True
+        return any(e in cls_name or module_qualified_name == e for e in self.leaf_names)
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if self.is_explicit_leaf(m, module_qualified_name):
+            return True
         return super().is_leaf_module(m, module_qualified_name)
 
 
@@ -85,7 +88,9 @@ def _hf_tracer_class() -> type:
             self.rules = ScheduleTracer(leaf_modules, leaf_ids)
 
         def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-            if self.rules.is_leaf_module(m, module_qualified_name):
+            # built-in leaves follow transformers' rule (a stateless module built from proxies
+            # inside forward is traced through)
+            if self.rules.is_explicit_leaf(m, module_qualified_name):
                 return True
             return super().is_leaf_module(m, module_qualified_name)
 
