@@ -6,7 +6,18 @@ returns the optimized model. Everything runs on CPU (gloo) as well as on GPUs; s
 docs/schedule.md for what maps onto which PyTorch 2.x piece.
 """
 
-from . import hooks, op, pattern, pipeline, primitives, random, sharding
+from . import (
+    framework_dialect,
+    hooks,
+    model_schedule,
+    op,
+    pattern,
+    pipeline,
+    primitives,
+    random,
+    sharding,
+    utils,
+)
 from .build import build, consolidate_model, init_empty_weights
 from .checkpoint import CheckPointWrapper, checkpoint
 from .errors import ScheduleError, SchedulePathError, VerificationError
@@ -29,6 +40,9 @@ __all__ = [
     "Verify",
     "build",
     "consolidate_model",
+    "framework_dialect",
+    "model_schedule",
+    "utils",
     "get_logger",
     "init_empty_weights",
     "pipeline",

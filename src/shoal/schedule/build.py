@@ -135,9 +135,12 @@ def build(
         apply_dtensor_plans(sch)
     if target is None:
         return sch.mod, None
-    if target == "pipeline":
-        from .pipeline import build_pipeline
+    from .framework_dialect import get_dialect_cls
 
-        keys = ("num_microbatches", "schedule", "loss_fn", "group", "device")
-        return build_pipeline(sch, **{k: v for k, v in kwargs.items() if k in keys}), None
-    raise schedule_error(f"build(target={target!r})", sch.path, "targets are None or 'pipeline'")
+    engine = get_dialect_cls("pipeline_engine", target, allow_none=True)
+    if engine is None:
+        raise schedule_error(
+            f"build(target={target!r})", sch.path, "targets are None or 'pipeline'"
+        )
+    keys = ("num_microbatches", "schedule", "loss_fn", "group", "device")
+    return engine(sch, **{k: v for k, v in kwargs.items() if k in keys}), None

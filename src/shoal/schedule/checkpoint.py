@@ -2,9 +2,10 @@
 
 `checkpoint` is `torch.utils.checkpoint.checkpoint` (non-reentrant by default: it restores the
 CPU and CUDA RNG state on recompute, so dropout masks match). When the model-parallel RNG stream
-is in use, its state is restored on recompute as well. `CheckPointWrapper` turns keyword
-arguments into positional ones (by call order, or with a user `order_args_fn`) because the
-recompute replays positional arguments only.
+is in use, its state is restored on recompute as well. `CheckPointWrapper` passes keyword
+arguments through (the non-reentrant checkpoint replays them, so Hugging Face blocks called with
+``attention_mask=...`` keep their meaning); a user `order_args_fn` may still turn them into
+positional ones, as Slapo's reentrant checkpoint required.
 """
 
 from __future__ import annotations
@@ -55,9 +56,7 @@ class CheckPointWrapper(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if self.order_args_fn is not None:
-            args = tuple(self.order_args_fn(*args, **kwargs))
-        elif kwargs:
-            args = (*args, *kwargs.values())
+            args, kwargs = tuple(self.order_args_fn(*args, **kwargs)), {}
         if not self.training:
-            return self.mod(*args)
-        return checkpoint(self.mod, *args)
+            return self.mod(*args, **kwargs)
+        return checkpoint(self.mod, *args, **kwargs)

@@ -1,12 +1,13 @@
 """`sch.find`: locating fx nodes and greedy subgraph matches.
 
 `find(regex)` returns the `call_module` nodes whose target matches; `find(fn | Pattern)` traces
-the pattern and matches its op nodes in order. The matcher is greedy like Slapo's: starting at
-each node it takes, for every pattern op, the first later node that is equivalent, skipping
-unrelated nodes in between; matched nodes are not reused. Equivalence identifies a functional op
-with its module form (`F.relu` ~ `nn.ReLU`, `operator.add` ~ `torch.add`). Unlike Slapo, a
-matched node must consume the nodes matched for its pattern inputs (order-insensitive), so
-unrelated ops that happen to lie in between are not picked up.
+the pattern and matches its op nodes. The matcher is greedy like Slapo's: starting at each node
+it takes, for every pattern op, the first equivalent node that fits, skipping unrelated nodes
+in between; matched nodes are not reused. Equivalence identifies a functional op with its
+module form (`F.relu` ~ `nn.ReLU`, `operator.add` ~ `torch.add`). Unlike Slapo, data edges
+count: a matched node must consume the nodes matched for its pattern inputs (order-insensitive)
+and every use of a pattern input must be the same graph node, so forking and joining (diamond)
+patterns match, and unrelated ops that happen to lie in between are not picked up.
 """
 
 from __future__ import annotations
@@ -93,40 +94,89 @@ def find_subgraph(sch: Schedule, pattern: Any) -> list[Match]:
     results: list[Match] = []
     for name, gm in _graph_modules(sch):
         nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
-        used: set[fx.Node] = set()
+        matcher = _Matcher(pnodes, proot, nodes, gm)
         for start, first in enumerate(nodes):
-            if first in used or not _equal(pnodes[0], proot, first, gm):
+            if first in matcher.used or not _equal(pnodes[0], proot, first, gm):
                 continue
-            match = _extend({pnodes[0]: first}, pnodes, proot, nodes, start, gm, used)
+            match = matcher.match(start)
             if match is not None:
-                used.update(match)
+                matcher.used.update(match)
                 results.append([(name, n) for n in match])
     return results
 
 
-def _extend(
-    mapping: dict[fx.Node, fx.Node],
-    pnodes: list[fx.Node],
-    proot: nn.Module,
-    nodes: list[fx.Node],
-    start: int,
-    gm: fx.GraphModule,
-    used: set[fx.Node],
-) -> list[fx.Node] | None:
-    pos = start
-    for pnode in pnodes[1:]:
-        for k in range(pos + 1, len(nodes)):
-            cand = nodes[k]
-            if cand in used or cand in mapping.values() or not _equal(pnode, proot, cand, gm):
-                continue
-            inputs = set(cand.all_input_nodes)
-            if all(mapping[p] in inputs for p in pnode.all_input_nodes if p in mapping):
-                mapping[pnode] = cand
-                pos = k
-                break
-        else:
+class _Matcher:
+    """Backtracking matcher of a pattern's op nodes (in pattern order) against one graph.
+
+    A pattern op with an already-matched input is looked for among that input's users, so
+    forks and joins (one input feeding two ops whose results meet) match whatever order the
+    graph lists the branches in; an op without matched inputs is looked for after the previous
+    match, greedily, as in Slapo. Each pattern placeholder binds to one graph node, and every
+    op using it must consume that node."""
+
+    def __init__(
+        self, pnodes: list[fx.Node], proot: nn.Module, nodes: list[fx.Node], gm: fx.GraphModule
+    ) -> None:
+        self.pnodes, self.proot, self.nodes, self.gm = pnodes, proot, nodes, gm
+        self.index = {n: i for i, n in enumerate(nodes)}
+        self.used: set[fx.Node] = set()
+
+    def match(self, start: int) -> list[fx.Node] | None:
+        first = self.nodes[start]
+        binding = self._bind(self.pnodes[0], first, {}, {})
+        if binding is None:
             return None
-    return [mapping[p] for p in pnodes]
+        mapping = {self.pnodes[0]: first}
+        if not self._extend(1, mapping, binding, start):
+            return None
+        return [mapping[p] for p in self.pnodes]
+
+    def _extend(self, i: int, mapping: dict, binding: dict, pos: int) -> bool:
+        if i == len(self.pnodes):
+            return True
+        pnode = self.pnodes[i]
+        for cand in self._candidates(pnode, mapping, binding, pos):
+            if cand in self.used or cand in mapping.values():
+                continue
+            if not _equal(pnode, self.proot, cand, self.gm):
+                continue
+            new_binding = self._bind(pnode, cand, mapping, binding)
+            if new_binding is None:
+                continue
+            mapping[pnode] = cand
+            if self._extend(i + 1, mapping, new_binding, max(pos, self.index[cand])):
+                return True
+            del mapping[pnode]
+        return False
+
+    def _candidates(self, pnode: fx.Node, mapping: dict, binding: dict, pos: int) -> list:
+        for pin in pnode.all_input_nodes:
+            anchor = mapping.get(pin, binding.get(pin))
+            if anchor is not None:  # follow the data edge
+                users = [u for u in anchor.users if u in self.index]
+                return sorted(users, key=self.index.__getitem__)
+        return self.nodes[pos + 1 :]
+
+    def _bind(self, pnode: fx.Node, cand: fx.Node, mapping: dict, binding: dict) -> dict | None:
+        """Check `cand`'s inputs against `pnode`'s; returns the extended placeholder binding."""
+        inputs = list(cand.all_input_nodes)
+        pins = pnode.all_input_nodes
+        free = [n for n in inputs if n not in mapping.values() and n not in binding.values()]
+        binding = dict(binding)
+        for k, pin in enumerate(pins):
+            if pin in mapping:
+                if mapping[pin] not in inputs:
+                    return None
+            elif pin in binding:
+                if binding[pin] not in inputs:
+                    return None
+            elif pin.op == "placeholder":
+                if not free:
+                    continue  # the graph op has fewer inputs (e.g. a module with a constant)
+                same_pos = inputs[k] if k < len(inputs) and inputs[k] in free else None
+                binding[pin] = same_pos or free[0]
+                free.remove(binding[pin])
+        return binding
 
 
 def find(sch: Schedule, node_pattern: Any) -> list:

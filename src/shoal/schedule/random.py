@@ -5,6 +5,11 @@ tensor-parallel rank is given, registers a ``"model-parallel-rng"`` stream seede
 per TP rank. `get_cuda_rng_tracker()` (name kept for Slapo programs) returns the tracker; its
 `fork()` runs a block on that stream - the CPU generator always, the current CUDA device's too
 when CUDA is in use - and restores the default stream afterwards.
+
+Slapo programs (and Megatron-derived code) also reach into this module by its internal names:
+`CudaRNGStatesTracker`, the module-level `_CUDA_RNG_STATE_TRACKER`,
+`_MODEL_PARALLEL_RNG_TRACKER_NAME`, `model_parallel_cuda_manual_seed` and `_set_cuda_rng_state`;
+they are all here, and all work on CPU.
 """
 
 from __future__ import annotations
@@ -38,9 +43,15 @@ class RNGStatesTracker:
 
     def __init__(self) -> None:
         self.states: dict[str, tuple[torch.Tensor, torch.Tensor | None]] = {}
+        self.seeds: set[int] = set()
+
+    # Megatron's attribute names, read by code written against Slapo's tracker
+    states_ = property(lambda self: self.states)
+    seeds_ = property(lambda self: self.seeds)
 
     def reset(self) -> None:
         self.states = {}
+        self.seeds = set()
 
     def get_states(self) -> dict:
         return dict(self.states)
@@ -51,6 +62,9 @@ class RNGStatesTracker:
     def add(self, name: str, seed: int) -> None:
         if name in self.states:
             raise ValueError(f"RNG stream {name!r} already exists")
+        if seed in self.seeds:
+            raise ValueError(f"seed {seed} is already used by another RNG stream")
+        self.seeds.add(seed)
         saved = _get_state()
         torch.manual_seed(seed)  # seeds CPU and (lazily) every CUDA device
         self.states[name] = _get_state()
@@ -69,7 +83,10 @@ class RNGStatesTracker:
             _set_state(saved)
 
 
+CudaRNGStatesTracker = RNGStatesTracker  # Slapo's (Megatron's) name; not CUDA-only here
 _TRACKER = RNGStatesTracker()
+_CUDA_RNG_STATE_TRACKER = _TRACKER  # the module-level object Slapo's code imports
+_MODEL_PARALLEL_RNG_TRACKER_NAME = MODEL_PARALLEL_RNG
 
 
 def get_cuda_rng_tracker() -> RNGStatesTracker:
@@ -105,3 +122,24 @@ def set_random_seed(
     if tp_rank is not None or always_enable_tp_seed:
         _TRACKER.add(MODEL_PARALLEL_RNG, seed + _TP_SEED_OFFSET + (tp_rank or 0))
     return seed
+
+
+def model_parallel_cuda_manual_seed(
+    seed: int, tp_rank: int = 0, always_enable_tp_seed: bool = False
+) -> None:
+    """Megatron's entry point: the default stream gets `seed`; the model-parallel stream
+    ``seed + 2718 + tp_rank`` (registered when there is a TP rank or `always_enable_tp_seed`)."""
+    torch.manual_seed(seed)
+    _TRACKER.reset()
+    if tp_rank is not None or always_enable_tp_seed:
+        _TRACKER.add(MODEL_PARALLEL_RNG, seed + _TP_SEED_OFFSET + (tp_rank or 0))
+
+
+def _set_cuda_rng_state(new_state: torch.Tensor, device: int | str | torch.device = -1) -> None:
+    """Set the current CUDA device's RNG state (the CPU generator's when CUDA is not in use), as
+    Megatron's helper of that name does."""
+    if _cuda_on():
+        idx = torch.cuda.current_device() if device == -1 else device
+        torch.cuda.set_rng_state(new_state, idx)
+    else:
+        torch.set_rng_state(new_state)

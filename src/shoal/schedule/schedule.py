@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import torch
 import torch.distributed as dist
 from torch import fx, nn
 
@@ -35,6 +36,8 @@ def is_builtin_leaf(mod: nn.Module) -> bool:
     """Built-in `torch.nn` modules (except containers) have no schedule children."""
     if type(mod) is nn.Module or isinstance(mod, nn.Sequential | nn.ModuleList | nn.ModuleDict):
         return False
+    if isinstance(mod, torch.jit.ScriptModule):  # compiled (fuse): nothing to schedule inside
+        return True
     module = type(mod).__module__
     return module.startswith("torch.nn") or module.startswith("torch.ao.nn")
 
@@ -199,7 +202,7 @@ class Schedule:
         """Turn `self.mod` into an fx `GraphModule` (children stay leaves unless `flatten`)."""
         from .tracer import trace_schedule
 
-        return trace_schedule(self, recursive, flatten, leaf_modules, tracer, concrete_args)
+        return trace_schedule(self, recursive, flatten, leaf_modules, tracer, concrete_args, config)
 
     def trace_until(
         self,
@@ -207,11 +210,12 @@ class Schedule:
         tracer: str = "pytorch",
         concrete_args: dict | None = None,
         leaf_modules: list[str] | None = None,
+        config: dict | None = None,
     ) -> bool:
         """Flatten-trace the root down to `paths`; their children become graph leaves."""
         from .tracer import trace_until
 
-        return trace_until(self, paths, tracer, concrete_args, leaf_modules)
+        return trace_until(self, paths, tracer, concrete_args, leaf_modules, config)
 
     def find_node(self, fn: Callable[[fx.Node], bool]) -> list[tuple[str, fx.Node]]:
         """All fx nodes (in this subtree's graphs) for which `fn(node)` is true."""

@@ -3,7 +3,7 @@
 The model is traced up to its block list, cut after block 1, built with
 `build(target="pipeline")` and run with GPipe and 1F1B; the last stage's output and loss and
 each stage's parameter gradients must equal those of the unscheduled model on the same
-micro-batches.
+micro-batches (a weight tied across the two stages included).
 """
 
 from __future__ import annotations
@@ -59,6 +59,23 @@ class TwoStreams(nn.Module):
         return self.head(h + skip)
 
 
+class TiedNet(nn.Module):
+    """The input projection and the output head share one weight (a tied embedding/LM head)."""
+
+    def __init__(self, hidden: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Linear(hidden, hidden)
+        self.layers = nn.ModuleList(Block(hidden) for _ in range(2))
+        self.head = nn.Linear(hidden, hidden)
+        self.head.weight = self.embed.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
 def _loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(out, target)
 
@@ -67,7 +84,7 @@ def _pipeline(rank: int, schedule: str, net: type[nn.Module] = Net, cut: str = "
     torch.manual_seed(0)
     model = net()
     ref = copy.deepcopy(model)
-    x, y = torch.randn(8, 4), torch.randn(8, 2)
+    x, y = torch.randn(8, 4), torch.randn(8, 4 if net is TiedNet else 2)
 
     sch = slapo.create_schedule(model)
     sch.trace_until("layers")
@@ -111,8 +128,14 @@ def two_values_cross_the_cut(rank: int) -> None:
     _pipeline(rank, "1f1b", TwoStreams, "layers.0")
 
 
+def tied_weights_across_stages(rank: int) -> None:
+    """Each stage's copy of the tied weight gets the sum of both stages' gradients."""
+    _pipeline(rank, "gpipe", TiedNet, "layers.0")
+
+
 CASES = {
     "pipeline_gpipe": gpipe,
     "pipeline_1f1b": one_f_one_b,
     "pipeline_two_values": two_values_cross_the_cut,
+    "pipeline_tied_weights": tied_weights_across_stages,
 }

@@ -37,6 +37,7 @@ CASES = [
     "pipeline_gpipe",
     "pipeline_1f1b",
     "pipeline_two_values",
+    "pipeline_tied_weights",
 ]
 
 

@@ -125,7 +125,12 @@ def test_fuse_subgraph(compiler):
     (match,) = sch.find(lambda x: F.gelu(call_module("fc1", x)))
     fused = sch.fuse(match, compiler=compiler, name="FusedModule")
     assert "FusedModule_0" in sch.child
-    assert type(fused).__name__ == "FusedModule"
+    if compiler == "TorchScript":  # Slapo's semantics: the schedule holds the ScriptModule
+        assert isinstance(fused, torch.jit.ScriptModule)
+        assert isinstance(sch["FusedModule_0"].mod, torch.jit.ScriptModule)
+        assert fused.original_name == "FusedModule" and not sch["FusedModule_0"].child
+    else:
+        assert type(fused).__name__ == "FusedModule"
     if compiler is None:
         assert isinstance(fused, nn.Sequential)  # a chain of modules
     _same_training_step(ref, sch.mod, pairs)

@@ -4,7 +4,9 @@ tensor-parallel + activation-checkpointing (+ optional fusion) schedule.
 `apply_schedule(model, "gpt2", ckpt_ratio=0.5, group=tp_group)` mirrors Slapo's
 `model_schedule.apply_schedule`: it returns the `Schedule`, whose `.mod` is the scheduled model.
 Each per-model module exposes `schedule(sch, ...)`, the schedule lines themselves, and its own
-`apply_schedule(model, ...)`.
+`apply_schedule(model, ...)`. Hugging Face transformers models are scheduled by `hf.py`; the
+helper generators Slapo's schedules export (`shard_attention`, `gen_embedding_hooks`, ...) live
+in `base.py` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ from typing import Any
 
 from torch import nn
 
+from .base import (
+    checkpoint,
+    fuse_bias_gelu,
+    generate_pipeline_cuts,
+    shard_attention,
+    shard_mlp,
+    shard_word_embedding,
+)
+from .hf import HF_SPECS, is_hf_model
+
 SCHEDULES = ("gpt2", "bert", "llama", "wideresnet")
+HF_SCHEDULES = tuple(HF_SPECS)  # gpt2, gpt_neo, bert, roberta, opt, llama (transformers models)
 
 
 def apply_schedule(
@@ -29,8 +42,25 @@ def apply_schedule(
     """Apply the library schedule of `model_name` to `model`; returns the `Schedule`.
 
     Extra keyword arguments go to the model's own `apply_schedule` (e.g. `vocab_parallel=True`
-    for `gpt2` and `llama`)."""
+    for `gpt2` and `llama`). A transformers model gets the `hf` schedule of that name."""
+    if is_hf_model(model):
+        from .hf import apply_schedule as apply_hf
+
+        return apply_hf(model, model_name, ckpt_ratio=ckpt_ratio, group=group, **kwargs)
     if model_name not in SCHEDULES:
         raise ValueError(f"no schedule for model {model_name!r}; known: {list(SCHEDULES)}")
     module = importlib.import_module(f"shoal.schedule.model_schedule.{model_name}")
     return module.apply_schedule(model, ckpt_ratio=ckpt_ratio, fusion=fusion, group=group, **kwargs)
+
+
+__all__ = [
+    "HF_SCHEDULES",
+    "SCHEDULES",
+    "apply_schedule",
+    "checkpoint",
+    "fuse_bias_gelu",
+    "generate_pipeline_cuts",
+    "shard_attention",
+    "shard_mlp",
+    "shard_word_embedding",
+]

@@ -19,6 +19,13 @@ from torch import nn
 import shoal.schedule as slapo
 from shoal.schedule.model_schedule.ops import FusedQKV
 from shoal.schedule.model_schedule.vocab import shard_vocab
+from shoal.schedule.sharding.embedding import gen_embedding_hooks
+
+__all__ = [
+    "apply_schedule",
+    "gen_embedding_hooks",
+    "schedule",
+]  # Slapo's programs import the hooks here
 
 
 def schedule(sch: Any, *, ckpt_ratio: float = 0.0, fusion: bool = False) -> None:

@@ -1,7 +1,8 @@
 """`sch.cut_pipeline_stage()`: end a pipeline stage after this module.
 
-The parent must have been traced (usually `root.trace_until(...)`); the parent's call node for
-this module gets ``meta["partition"] = True``, which `build(target="pipeline")` splits on.
+The parent, or the nearest traced ancestor whose flattened graph calls this module, must have
+been traced (usually `root.trace_until(...)`); that graph's call node for this module gets
+``meta["partition"] = True``, which `build(target="pipeline")` splits on.
 """
 
 from __future__ import annotations
@@ -25,13 +26,17 @@ class CutPipelineStagePrimitive(Primitive):
         parent = sch.parent
         if parent is None:
             raise schedule_error("cut_pipeline_stage", sch.path, "cannot cut after the root")
-        if not isinstance(parent.mod, fx.GraphModule):
+        # the nearest traced ancestor: a flattened `trace_until` inlines the modules in between
+        # (GPT2LMHeadModel's "transformer"), so its graph calls "transformer.h.0" directly
+        owner, target = parent, sch.name
+        while owner is not None and not isinstance(owner.mod, fx.GraphModule):
+            target = f"{owner.name}.{target}"
+            owner = owner.parent
+        if owner is None:
             raise schedule_error(
                 "cut_pipeline_stage", sch.path, "the parent is not traced; call trace_until first"
             )
-        nodes = [
-            n for n in parent.mod.graph.nodes if n.op == "call_module" and n.target == sch.name
-        ]
+        nodes = [n for n in owner.mod.graph.nodes if n.op == "call_module" and n.target == target]
         if not nodes:
             raise schedule_error("cut_pipeline_stage", sch.path, "no call of it in the parent")
         nodes[-1].meta["partition"] = True

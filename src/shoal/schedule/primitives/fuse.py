@@ -1,7 +1,8 @@
 """`sch.fuse(subgraph, compiler="TorchScript", name="FusedModule")`: compile a subgraph.
 
 The (single, >= 2 node) subgraph is extracted into a GraphModule, compiled, and replaced
-vertically by a child ``f"{name}_<k>"``. Compilers: ``"TorchScript"`` (`torch.jit.script`),
+vertically by a child ``f"{name}_<k>"``. Compilers: ``"TorchScript"`` (`torch.jit.script`; the
+child is the `torch.jit.ScriptModule`),
 ``"inductor"`` / ``"TorchInductor"`` (`torch.compile(backend="inductor")`), any other
 `torch.compile` backend name (e.g. ``"aot_eager"``), or ``None`` (no compilation: a module
 named `name` that runs the subgraph; a chain of modules becomes an `nn.Sequential`).
@@ -49,7 +50,8 @@ def compile_subgraph(gm: fx.GraphModule, nodes: list[fx.Node], compiler: str | N
             return cls(*[gm.get_submodule(n.target) for n in nodes])
         return type(name, (_Compiled,), {})(sub, sub)
     if compiler == "TorchScript":
-        return type(name, (_Compiled,), {})(sub, torch.jit.script(sub))
+        # as in Slapo, the schedule holds the ScriptModule itself (its `original_name` is `name`)
+        return torch.jit.script(fx.GraphModule(sub, sub.graph, class_name=name))
     backend = "inductor" if compiler in ("inductor", "TorchInductor") else compiler
     return type(name, (_Compiled,), {})(sub, torch.compile(sub, backend=backend))
 

@@ -22,7 +22,7 @@ from ..op.linear import LinearWithSyncFunc
 from ..sharding import sync_ops as S
 from ..sharding.dtensor import record
 from ..sharding.reshard_ops import is_reshard_string, reshard_fn
-from ..sharding.shard_ops import PARTIAL, validate_sync
+from ..sharding.shard_ops import PARTIAL, is_hf_conv1d, validate_sync
 from .base import Primitive, register_primitive
 
 MODES = ("fwd_pre", "fwd_post", "bwd_post")
@@ -104,6 +104,8 @@ def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> 
     if info.get("gather_axis") == -1 and (mode, op) == ("fwd_post", "all_gather"):
         fn = _check_last_axis(fn, axis, prim, sch.path)
     mod = sch.mod
+    if mode == "fwd_post" and info.get("output_type") == PARTIAL and is_hf_conv1d(mod):
+        fn = _bias_once(fn, mod)
     row_parallel = info.get("output_type") == PARTIAL and isinstance(mod, nn.Linear)
     if mode == "fwd_post" and row_parallel and mod.bias is not None:
         if not isinstance(mod, LinearWithSyncFunc):
@@ -112,6 +114,15 @@ def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> 
             mod.sync_fn = fn
         return
     _register(mod, "fwd_pre" if mode == "bwd_post" else mode, fn)
+
+
+def _bias_once(fn: Callable, mod: nn.Module) -> Callable:
+    """A row-parallel HF `Conv1D` adds its (replicated) bias on every rank before the sum; take
+    it out before the collective and add it once after (what `LinearWithSyncFunc` does for
+    `nn.Linear`)."""
+    if getattr(mod, "bias", None) is None:
+        return fn
+    return lambda t: fn(t - mod.bias) + mod.bias
 
 
 def _check_last_axis(fn: Callable, axis: int, prim: str, path: str) -> Callable:
