@@ -2,8 +2,9 @@
 
 Every loader turns rows into `JobSpec`s and reports a bad row as a `UserError` naming the file
 and line. A workload spec on the command line is a path (the format is told by its header), or
-`pollux:N` (Pollux's packaged `workload-N.csv`), or `philly:N[:SEED]` (N jobs sampled from the
-real Philly trace; `philly:all` replays all 82,247).
+`pollux:N[:LOAD]` (Pollux's packaged `workload-N.csv` at job load 0.5, 1.0 (the default),
+1.5 or 2.0: 80 to 320 jobs sampled over the same 8-hour window), or `philly:N[:SEED]` (N jobs
+sampled from the real Philly trace; `philly:all` replays all 82,247).
 
 Work. Pollux jobs train to the end of their application's measured validation run. An EasyScale
 job trains `epochs` over 1 % of its dataset (as EasyScale's simulator does) at batch
@@ -183,14 +184,27 @@ def sample_philly(
     return jobs
 
 
+POLLUX_LOADS = ("0.5", "1.0", "1.5", "2.0")
+
+
+def pollux_workload_path(spec: str) -> Path:
+    """The packaged file of `pollux:N[:LOAD]` (load 1.0 lives in `workloads/`)."""
+    parts = spec.split(":")
+    load = parts[2] if len(parts) > 2 else "1.0"
+    if len(parts) > 3 or load not in POLLUX_LOADS:
+        raise UserError(f"bad Pollux workload {spec!r} (loads: {', '.join(POLLUX_LOADS)})")
+    folder = "workloads" if load == "1.0" else f"workloads-{load}"
+    root = resources.files("shoal.data").joinpath("pollux", folder)
+    name = f"workload-{parts[1]}.csv"
+    if not root.joinpath(name).is_file():
+        raise UserError(f"no packaged Pollux workload {name} at load {load}")
+    return Path(str(root.joinpath(name)))
+
+
 def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
     """Resolve a workload spec (see the module docstring)."""
     if spec.startswith("pollux:"):
-        name = f"workload-{spec.split(':', 1)[1]}.csv"
-        root = resources.files("shoal.data").joinpath("pollux", "workloads")
-        if not root.joinpath(name).is_file():
-            raise UserError(f"no packaged Pollux workload {name}")
-        return load_pollux_workload(Path(str(root.joinpath(name))))
+        return load_pollux_workload(pollux_workload_path(spec))
     if spec.startswith("philly:"):
         parts = spec.split(":")
         count = None if parts[1] == "all" else _int_arg(parts[1], spec)

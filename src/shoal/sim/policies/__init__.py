@@ -10,6 +10,7 @@ from collections.abc import Callable
 from shoal.errors import UserError
 from shoal.sim.policies.easyscale import EasyScalePolicy
 from shoal.sim.policies.fifo import FifoPolicy
+from shoal.sim.policies.optimus import OptimusPolicy
 from shoal.sim.policies.pollux import PolluxPolicy
 from shoal.sim.policies.shoal import ShoalPolicy
 from shoal.sim.policies.tiresias import TiresiasPolicy
@@ -20,6 +21,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "tiresias": TiresiasPolicy,
     "easyscale-homo": lambda: EasyScalePolicy(heterogeneous=False),
     "easyscale-heter": lambda: EasyScalePolicy(heterogeneous=True),
+    "optimus": OptimusPolicy,
     "pollux": PolluxPolicy,
     "shoal": ShoalPolicy,
 }

@@ -1,9 +1,14 @@
 """Greedy water-filling of GPUs over jobs, the core shared by the goodput policies.
 
-Every job first gets one GPU (in priority order, while GPUs last), then GPUs go one at a time to
-the (job, kind) pair with the highest marginal score until no pair scores above zero. A job's
-marginal scores are recomputed only after it gains a GPU (a lazy max-heap), so a round costs
-O((jobs + GPUs) x kinds) evaluations of the policy's scoring function.
+Every job first gets one GPU (in priority order, while GPUs last), then GPUs go to the (job,
+kind) pair with the highest marginal score until no pair scores above zero. Speedup curves are
+not concave: the GPU that makes a job span one more node adds almost nothing (it pays the
+cross-node synchronisation) while the next few add a lot, so a one-GPU-at-a-time greedy stops at
+every node boundary (a lone ImageNet job stayed on 4 of 64 GPUs). So, if asked, once no single
+GPU scores above zero a second pass scores each pair by the best average marginal over a bundle of
+1..`lookahead` more GPUs and gives the winner the whole bundle. A job's scores are recomputed
+only after it gains GPUs (a lazy max-heap), so a round costs O((jobs + GPUs) x kinds x
+lookahead) evaluations of the policy's scoring function.
 """
 
 from __future__ import annotations
@@ -24,8 +29,14 @@ def waterfill(
     first_kind: Callable[[JobRun, Counts], str | None],
     score: Score,
     max_gpus: Callable[[JobRun], int],
+    lookahead: int = 1,
 ) -> dict[str, Counts]:
-    """Per-job GPU counts by kind. `jobs` is in priority order; `free` GPUs per kind."""
+    """Per-job GPU counts by kind. `jobs` is in priority order; `free` GPUs per kind.
+
+    `lookahead` is the largest bundle of the second pass (1: no second pass). 4, one node of
+    every cluster preset, lets a job cross one node boundary; docs/notes/sim-fidelity.md
+    measures what that does to shoal's policy (lower JCT, higher cost), which keeps 1 for now.
+    """
     left = dict(free)
     plan: dict[str, Counts] = {}
     for job in jobs:
@@ -37,29 +48,37 @@ def waterfill(
         plan[job.name] = {kind: 1}
         left[kind] -= 1
     by_name = {j.name: j for j in jobs}
-    heap: list[tuple[float, int, str, str]] = []
     order = {j.name: i for i, j in enumerate(jobs)}
 
-    def push(name: str) -> None:
+    def push(heap: list, name: str, bundle: int) -> None:
         job, counts = by_name[name], plan[name]
-        if sum(counts.values()) >= max_gpus(job):
-            return
+        room = max_gpus(job) - sum(counts.values())
         for kind, n in left.items():
-            if n > 0:
-                s = score(job, counts, kind)
-                if s > 0:
-                    heapq.heappush(heap, (-s, order[name], name, kind))
+            best, total, more = (0.0, 0), 0.0, dict(counts)
+            for d in range(1, min(bundle, n, room) + 1):
+                total += score(job, more, kind)
+                more[kind] = more.get(kind, 0) + 1
+                if total / d > best[0]:
+                    best = (total / d, d)
+            if best[1]:
+                heapq.heappush(heap, (-best[0], order[name], name, kind, best[1]))
 
-    for name in plan:
-        push(name)
-    while heap and any(left.values()):
-        _, _, name, kind = heapq.heappop(heap)
-        if left.get(kind, 0) <= 0:
-            continue
-        plan[name][kind] = plan[name].get(kind, 0) + 1
-        left[kind] -= 1
-        # the job's other entries were scored for its old counts: drop and rescore them
-        heap = [e for e in heap if e[2] != name]
-        heapq.heapify(heap)
-        push(name)
+    # one GPU at a time first; bundles only for the GPUs nobody wants one at a time, so a
+    # contended cluster is shared exactly as before and only idle GPUs cross node boundaries
+    for bundle in (1, lookahead) if lookahead > 1 else (1,):
+        heap: list[tuple[float, int, str, str, int]] = []
+        for name in plan:
+            push(heap, name, bundle)
+        while heap and any(left.values()):
+            _, _, name, kind, d = heapq.heappop(heap)
+            if left.get(kind, 0) <= 0:
+                continue
+            if d <= left[kind]:
+                plan[name][kind] = plan[name].get(kind, 0) + d
+                left[kind] -= d
+            # the job's other entries were scored for its old counts, or for a bundle larger
+            # than what is left: drop and rescore them
+            heap = [e for e in heap if e[2] != name]
+            heapq.heapify(heap)
+            push(heap, name, bundle)
     return plan

@@ -1,0 +1,21 @@
+"""The water-fill's bundle pass crosses a stall in a non-concave speedup curve."""
+
+import pytest
+
+from shoal.sim.jobs import JobRun, JobSpec
+from shoal.sim.policies.fill import waterfill
+
+
+def _score(job, counts, kind):
+    # a fifth GPU (the first on a second node) gains nothing; the sixth to eighth gain again
+    n = counts.get(kind, 0)
+    return 0.0 if n == 4 or n >= 8 else 1.0 / (n + 1)
+
+
+@pytest.mark.parametrize("lookahead,gpus", [(1, 4), (2, 8), (4, 8)])
+def test_bundles_cross_a_node_boundary_only_when_asked(lookahead, gpus):
+    job = JobRun(JobSpec("j", 0.0, "cifar10", 1, 128, 100.0))
+    plan = waterfill(
+        [job], {"t4": 16}, lambda j, left: "t4", _score, lambda j: 64, lookahead=lookahead
+    )
+    assert plan == {"j": {"t4": gpus}}
