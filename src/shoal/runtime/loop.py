@@ -11,21 +11,31 @@ What happens when a generation ends early is the membership's call, decided once
 under `shoal run` the worker joins the next generation; under torchrun (a generation is one
 life of the process) it spools its step-boundary state to a node-local spool and exits, and
 the restarted workers resume from the newest spool or checkpoint any of them holds.
+
+Any other exception (the job's code raising, wrong shapes, a loss that is not a scalar, bad
+input) is deterministic: every worker would meet it again, after any regroup or resume. The
+worker then reports it in one line (file and line) in `<id>.cause.json` for the controller, with
+the traceback, and exits with code 2.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import pathlib
 import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from shoal.config import RunConfig
+from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
 from shoal.job import Job, build_job, load_job_file, parse_options
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
@@ -86,6 +96,40 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+def reports_errors(main):
+    """Turn an exception that is not a peer's failure into a reported cause and a UserError
+    (which the worker's entry prints as one line, exit code 2)."""
+
+    @functools.wraps(main)
+    def wrapper(config: RunConfig) -> int:
+        try:
+            return main(config)
+        except PeerFailure:
+            raise
+        except Exception as exc:
+            error = exc if isinstance(exc, UserError) else user_code_error(exc)
+            text = traceback.format_exc()
+            sys.stderr.write(text)  # the worker's log keeps the whole story
+            _write_cause(config, str(error), text)
+            raise error from exc
+
+    return wrapper
+
+
+def _write_cause(config: RunConfig, cause: str, text: str) -> None:
+    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs."""
+    wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
+    folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
+        tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
+        os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
+    except OSError:
+        pass  # the one-line error on stderr still tells it
+
+
+@reports_errors
 def main(config: RunConfig) -> int:
     t0 = float(os.environ.get("SHOAL_T0", time.time()))
     torch.set_num_threads(config.threads)
@@ -141,7 +185,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     checkpointer = Checkpointer(
         ck.dir or str(out / "checkpoints"), fingerprint, ck.every, ck.seconds
     )
-    membership = connect("nccl" if device.type == "cuda" else "gloo")
+    membership = connect("nccl" if device.type == "cuda" else "gloo", config.peer_timeout_s)
     spool_url = outputs.spool_dir(out)
     if not membership.restarted and not config.resume:
         shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours

@@ -95,14 +95,16 @@ class Membership(Protocol):
         """A graceful leave after `steps_done` steps."""
 
 
-def connect(backend: str) -> Membership:
+def connect(backend: str, peer_timeout_s: float = 30.0) -> Membership:
     """The membership this process was started under: the controller's store when `shoal run`
-    set SHOAL_STORE, torchrun's agent otherwise."""
+    set SHOAL_STORE, torchrun's agent otherwise. `peer_timeout_s` bounds every collective: a
+    peer silent that long (stalled, not dead) fails the step like a dead one."""
     address = os.environ.get("SHOAL_STORE")
     if not address:
         return TorchrunMembership(backend)
     host, port = address.rsplit(":", 1)
-    return StoreMembership(os.environ["SHOAL_WORKER_ID"], host, int(port), backend)
+    wid = os.environ["SHOAL_WORKER_ID"]
+    return StoreMembership(wid, host, int(port), backend, op_timeout_s=peer_timeout_s)
 
 
 class StoreMembership:
