@@ -356,6 +356,7 @@ class Controller:
             raise UserError(last[0].removeprefix("shoal: error: "))
 
     def fatal(self) -> None:
+        self.read_progress()  # the console lines of the last events first
         tails = []
         for w in self.workers.values():
             text = w.log.read_text(errors="replace").strip().splitlines()[-8:]
