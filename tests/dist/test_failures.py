@@ -62,7 +62,7 @@ def test_stalled_worker_is_declared_lost_and_rejoins(tmp_path):
     assert lost and "declared lost" in lost[0]["detail"]
     assert "w1 (v100) lost: no response" in stderr  # the console says so
     rejoined = [e for e in events if e["event"] == "join" and e["worker"] == "w1"]
-    warned = "w1 (v100) was not admitted" in stderr
+    warned = "w1 (v100) was declared lost, did not come back" in stderr
     assert rejoined or warned  # back in the group, or the run ended first and says so
 
 

@@ -58,6 +58,7 @@ class Worker:
     state: str = "starting"  # starting -> member | leaving -> gone (a lost member: starting)
     kill_at: float | None = None  # a notice's deadline (monotonic seconds)
     cause: str = ""
+    declared_lost: bool = False  # silent past the deadline; alive, and may come back
 
 
 def attempt_dir(logs: pathlib.Path) -> pathlib.Path:
@@ -86,6 +87,7 @@ class Controller:
         self.finished = False
         self.formed_at_step = 0  # steps done when the current generation was published
         self.first_arrival: float | None = None  # when a member first waited for the next one
+        self.alone_since: float | None = None  # when only workers declared lost were left
         self.timeout_s = spec.config.peer_timeout_s
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
 
@@ -233,8 +235,8 @@ class Controller:
                 key = f"left/{w.id}"
                 left = int(self.store.get(key)) if self.store.check([key]) else None
                 self.event("leave", w, "left at a step boundary after a notice", left)
-            elif code == 0 and w.state == "starting":
-                pass  # never admitted and the run is over
+            elif (code == 0 and w.state == "starting") or w.declared_lost:
+                pass  # never admitted and the run is over, or its loss is logged already
             else:
                 if code == 2:
                     self.user_error(w)
@@ -245,10 +247,23 @@ class Controller:
 
     def can_continue(self) -> bool:
         """Whether a live worker, or a join still to come, can carry the run on. A step event
-        cannot fire once every worker is gone (no step will complete); a timed join can."""
-        if any(w.state != "gone" for w in self.workers.values()):
+        cannot fire once every worker is gone (no step will complete); a timed join can. A
+        worker declared lost is waited for one more timeout when nobody else is left, then
+        killed: it may never wake up."""
+        if any(w.state != "gone" and not w.declared_lost for w in self.workers.values()):
+            self.alone_since = None
             return True
-        return any(e.action == "add" and e.at_s is not None for e in self.pending)
+        if any(e.action == "add" and e.at_s is not None for e in self.pending):
+            return True
+        lost = [w for w in self.workers.values() if w.declared_lost and w.state != "gone"]
+        self.alone_since = self.alone_since or time.monotonic()
+        if lost and time.monotonic() - self.alone_since <= self.timeout_s:
+            return True
+        for w in lost:
+            w.proc.kill()
+            w.proc.wait()
+            w.state = "gone"
+        return False
 
     def start_group(self) -> None:
         """Publish generation 0 once every initial worker still alive has arrived."""
@@ -303,7 +318,7 @@ class Controller:
     def declare_lost(self, w: Worker) -> None:
         """A member silent past the deadline: the group goes on without it. Should it wake up,
         its collective fails, it waits for a later generation and is admitted as a newcomer."""
-        w.state = "starting"
+        w.state, w.declared_lost = "starting", True
         silent = self.timeout_s + time.monotonic() - self.first_arrival
         self.event("fail", w, f"no response for {silent:.0f}s (stalled?): declared lost")
 
@@ -311,7 +326,7 @@ class Controller:
         if self.members:
             self.generation += 1
         for wid in ids:
-            self.workers[wid].state = "member"
+            self.workers[wid].state, self.workers[wid].declared_lost = "member", False
         self.members, self.formed_at_step = ids, self.steps_done
         self.first_arrival = None
         kinds = [self.workers[i].kind for i in ids]
@@ -338,8 +353,9 @@ class Controller:
             )
         for w in self.workers.values():
             if w.state == "starting":
+                what = "declared lost, did not come back" if w.declared_lost else "not admitted"
                 sys.stderr.write(
-                    f"shoal: warning: {w.id} ({w.kind}) was not admitted before the run ended\n"
+                    f"shoal: warning: {w.id} ({w.kind}) was {what} before the run ended\n"
                 )
 
     def user_error(self, w: Worker) -> None:

@@ -37,6 +37,7 @@ import torch.distributed as dist
 from shoal.config import RunConfig
 from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
 from shoal.job import Job, build_job, load_job_file, parse_options
+from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
 from shoal.runtime.membership import Group, Membership, PeerFailure, connect
@@ -66,6 +67,7 @@ class Worker:
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
     samples_at_start: int = 0  # a resumed run counts its own samples
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
+    earlier_ids: tuple[str, ...] | None = None  # a restarted process: the last group's members
 
     def note(self, text: str) -> None:
         """A timestamped line in this worker's log (stderr), for reading a run after the fact."""
@@ -191,6 +193,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
+    if membership.restarted:
+        _continue_earlier_life(w)
     if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
         (out / "samples").mkdir(exist_ok=True)
         log = out / "samples" / f"{membership.worker_id}.jsonl"
@@ -198,6 +202,42 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
             log, {"step": step, "micro_batch": j, "ids": ids}
         )
     return w
+
+
+def _continue_earlier_life(w: Worker) -> None:
+    """A process restarted by torchrun: keep the run's clock (wall times stay those of the whole
+    run, not of this life) and remember the group the last life logged, so rank 0 can log who
+    was lost or joined and the recovery time (from the last record the earlier life wrote)."""
+    path = w.out / METRICS_FILE
+    records = list(read_metrics(path)) if path.exists() else []
+    timed = [r for r in records if r.wall_time_s is not None]
+    steps = [r for r in records if isinstance(r, StepLine)]
+    if not timed or not steps:
+        return
+    last_write = path.stat().st_mtime
+    if "SHOAL_T0" not in os.environ:
+        w.t0 = last_write - timed[-1].wall_time_s
+    w.ended_at = last_write
+    w.earlier_ids = tuple(share.id for share in steps[-1].workers)
+
+
+def _log_restart(w: Worker, group: Group) -> None:
+    """Rank 0 of a group torchrun restarted: the membership changes, as `shoal run` logs them."""
+    before, now = set(w.earlier_ids or ()), set(group.ids)
+    restart = f"torchrun restart {group.generation}"
+    changes = [("fail", i, f"gone at {restart}") for i in sorted(before - now)]
+    changes += [("join", i, f"admitted at {restart}") for i in sorted(now - before)]
+    for event, wid, detail in changes:
+        record = MembershipEvent(
+            event=event,
+            worker=wid,
+            device="native",
+            step=w.trainer.step,
+            wall_time_s=time.time() - w.t0,
+            detail=detail,
+        )
+        outputs.append_line(w.out / METRICS_FILE, record)
+    w.earlier_ids = None
 
 
 def _generation(w: Worker, group: Group, device: torch.device) -> int | None:
@@ -240,6 +280,8 @@ def _train(w: Worker, group: Group, device: torch.device):
         w.samples_at_start = trainer.samples_seen
     w.has_state, w.attempted = True, -1
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
+    if w.writer and w.earlier_ids is not None:
+        _log_restart(w, group)
     rec, first = None, True
     while trainer.step < w.config.steps:
         w.attempted = trainer.step

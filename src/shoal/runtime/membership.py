@@ -232,7 +232,10 @@ class TorchrunMembership:
         self.backend, self.done = backend, False
         self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         self.generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        self.worker_id = f"w{self.rank}"
+        # ranks are renumbered at each restart; the host, its agent and the local rank are not,
+        # so the metrics can tell which worker was lost or joined across restarts
+        local = os.environ.get("LOCAL_RANK", "0")
+        self.worker_id = f"{socket.gethostname()}:{os.getppid()}:{local}"
         self.restarted = self.may_hold_state = self.generation > 0
 
     def announce_ready(self) -> None:
@@ -242,14 +245,18 @@ class TorchrunMembership:
         if self.done:
             return None
         self.done = True
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group(self.backend, timeout=_timeout(60))
-        ids = tuple(f"w{r}" for r in range(self.world))
+        ids: list = [self.worker_id]
+        if self.world > 1:
+            if not dist.is_initialized():
+                dist.init_process_group(self.backend, timeout=_timeout(60))
+            ids = [None] * self.world
+            with peer_failures():
+                dist.all_gather_object(ids, self.worker_id)
         return Group(
             self.generation,
             self.rank,
             self.world,
-            ids,
+            tuple(ids),
             ("native",) * self.world,
             (1.0,) * self.world,
         )
