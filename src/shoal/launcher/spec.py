@@ -116,8 +116,15 @@ def check_storage(url: str | None) -> None:
 
 
 def unreachable_events(spec: RunSpec) -> list[Event]:
-    """Step events that can never fire: the run ends before that many steps are done."""
-    return [e for e in spec.events if e.step is not None and e.step >= spec.config.steps]
+    """Events that can never fire: a step the run ends before, or a worker never started
+    (workers are numbered in order of creation: the initial ones, then each `add`)."""
+    created = len(spec.kinds) + sum(e.action == "add" for e in spec.events)
+    return [
+        e
+        for e in spec.events
+        if (e.step is not None and e.step >= spec.config.steps)
+        or (e.worker not in (None, "random") and int(e.worker[1:]) >= created)
+    ]
 
 
 def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) -> dict:
@@ -125,10 +132,7 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
 
     speeds = check_run(spec)
     for e in unreachable_events(spec):
-        sys.stderr.write(
-            f"shoal: warning: event '{e}' cannot fire: the run ends after "
-            f"{spec.config.steps} steps\n"
-        )
+        sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
     out = pathlib.Path(spec.config.out)
     if not spec.config.resume:
         for stale in (METRICS_FILE, RESULT_FILE):

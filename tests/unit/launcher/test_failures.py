@@ -34,6 +34,9 @@ def test_job_file_errors_are_one_line_with_file_and_line(tmp_path, capsys, body,
     assert err.startswith(f"shoal: error: {job}{where} {what}")
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out" / "logs").exists()  # no worker was started
+    code, err = run(capsys, job, "--out", str(tmp_path / "out"), "--verbose")
+    assert code == 2 and "Traceback (most recent call last)" in err
+    assert err.strip().splitlines()[-1].startswith(f"shoal: error: {job}{where}")
 
 
 def test_bad_flags_and_storage_fail_before_any_worker(tmp_path, capsys):
@@ -80,9 +83,12 @@ def test_console_lines_of_membership_events():
 
 
 def test_events_that_cannot_fire_are_named():
-    events = parse_events("step 5: kill 0; step 30: add k80; at 3s: add v100; step 29: leave 1")
+    events = parse_events(
+        "step 5: kill 0; step 30: add k80; at 3s: add v100; step 29: leave 1; step 9: kill w4"
+    )
     spec = RunSpec(RunConfig("job.py", 30, "out"), ["v100", "k80"], events)
-    assert [str(e) for e in unreachable_events(spec)] == ["step 30: add k80"]
-    assert [str(e) for e in events] == [
+    # w0, w1 and the two added workers w2, w3 exist at some point; w4 never does
+    assert [str(e) for e in unreachable_events(spec)] == ["step 30: add k80", "step 9: kill w4"]
+    assert [str(e) for e in events][:4] == [
         "step 5: kill w0", "step 30: add k80", "at 3s: add v100", "step 29: leave w1",
     ]  # fmt: skip
