@@ -305,7 +305,7 @@ class Controller:
         if arrived and len(arrived) < len(survivors):
             if time.monotonic() - self.first_arrival <= self.timeout_s:
                 return
-            for m in set(survivors) - set(arrived):
+            for m in [m for m in survivors if m not in arrived]:
                 self.declare_lost(self.workers[m])
             survivors = arrived
         candidates = survivors + [w.id for w in ready]
