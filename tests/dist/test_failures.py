@@ -59,7 +59,7 @@ def test_stalled_worker_is_declared_lost_and_rejoins(tmp_path):
     assert DIGITS_30 in stdout
     events = [r for r in metrics(out) if r["kind"] == "membership"]
     lost = [e for e in events if e["event"] == "fail" and e["worker"] == "w1"]
-    assert lost and "declared lost" in lost[0]["detail"]
+    assert lost and "after its group ended (stalled?)" in lost[0]["detail"]
     assert "w1 (v100) lost: no response" in stderr  # the console says so
     rejoined = [e for e in events if e["event"] == "join" and e["worker"] == "w1"]
     warned = "w1 (v100) was declared lost, did not come back" in stderr

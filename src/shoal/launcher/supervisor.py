@@ -88,6 +88,7 @@ class Controller:
         self.formed_at_step = 0  # steps done when the current generation was published
         self.first_arrival: float | None = None  # when a member first waited for the next one
         self.alone_since: float | None = None  # when only workers declared lost were left
+        self.change_seen: float | None = None  # when the current generation was seen to end
         self.timeout_s = spec.config.peer_timeout_s
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
 
@@ -298,12 +299,22 @@ class Controller:
             requested = True
         survivors = [m for m in self.members if self.workers[m].state == "member"]
         arrived = [m for m in survivors if self.store.check([f"arrived/{nxt}/{m}"])]
+        now = time.monotonic()
         if arrived and self.first_arrival is None:
-            self.first_arrival = time.monotonic()  # a regroup, a failure, or a stall
+            self.first_arrival = now  # a regroup, a failure, or a stall
         if not (broken or requested or arrived):
             return
-        if arrived and len(arrived) < len(survivors):
-            if time.monotonic() - self.first_arrival <= self.timeout_s:
+        self.change_seen = self.change_seen or now
+        # late: one timeout after the first arrival; or, with nobody arrived, after the longest
+        # a healthy member can take to reach the boundary (a step and its collective's timeout,
+        # the step itself shorter than the timeout) and one more timeout
+        late = (
+            now - self.first_arrival > self.timeout_s
+            if arrived
+            else now - self.change_seen > 3 * self.timeout_s
+        )
+        if len(arrived) < len(survivors):
+            if not late:
                 return
             for m in [m for m in survivors if m not in arrived]:
                 self.declare_lost(self.workers[m])
@@ -319,8 +330,8 @@ class Controller:
         """A member silent past the deadline: the group goes on without it. Should it wake up,
         its collective fails, it waits for a later generation and is admitted as a newcomer."""
         w.state, w.declared_lost = "starting", True
-        silent = self.timeout_s + time.monotonic() - self.first_arrival
-        self.event("fail", w, f"no response for {silent:.0f}s (stalled?): declared lost")
+        silent = time.monotonic() - self.change_seen
+        self.event("fail", w, f"no response {silent:.0f}s after its group ended (stalled?)")
 
     def publish(self, ids: list[str]) -> None:
         if self.members:
@@ -328,7 +339,7 @@ class Controller:
         for wid in ids:
             self.workers[wid].state, self.workers[wid].declared_lost = "member", False
         self.members, self.formed_at_step = ids, self.steps_done
-        self.first_arrival = None
+        self.first_arrival = self.change_seen = None
         kinds = [self.workers[i].kind for i in ids]
         self.store.set(
             f"members/{self.generation}",
