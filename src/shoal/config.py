@@ -142,6 +142,14 @@ class RunConfig:
             metavar="N",
         ),
     )
+    peer_timeout_s: float = field(
+        default=30.0,
+        metadata=_flag(
+            "--peer-timeout",
+            "seconds a silent peer is waited for before it is declared lost (a stalled worker)",
+            metavar="SECONDS",
+        ),
+    )
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume: bool = field(
         default=False,
@@ -154,6 +162,8 @@ class RunConfig:
         _at_least(self.threads, 1, "--threads")
         _at_least(self.replan_every, 1, "--replan-every")
         _at_least(self.max_micro_batches, 1, "--max-micro-batches")
+        if not self.peer_timeout_s > 0:
+            raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")
         object.__setattr__(self, "options", tuple(self.options))
 
     def to_json(self) -> str:
@@ -195,5 +205,11 @@ class LaunchConfig:
             "--events",
             "injected events, e.g. 'step 10: kill 1; step 20: add k80; step 35: notice 0 30s'",
             metavar="FILE|LIST",
+        ),
+    )
+    verbose: bool = field(
+        default=False,
+        metadata=_flag(
+            "--verbose", "show the traceback of an error raised in the job's code", short="-v"
         ),
     )

@@ -1,9 +1,18 @@
-"""The user-facing error type.
+"""The user-facing error types, and how an exception raised in user code is told in one line.
 
-A `UserError` means the input (a config, a flag, a trace, a checkpoint) is wrong, not the code.
-The CLI prints its message on one line and exits with code 2; library callers catch it as a
-`ValueError`.
+A `UserError` means the input (a config, a flag, a trace, a checkpoint, the job file) is wrong,
+not the code. The CLI prints its message on one line and exits with code 2; library callers
+catch it as a `ValueError`. An exception raised by the job's own code (a syntax error, a failed
+import, a `make_job` or loss function that raises) is deterministic: it will recur on any worker
+and after any resume, so it is reported as a `UserError` naming the user's file and line
+(`cause_line`), never as a failure to resume from.
 """
+
+from __future__ import annotations
+
+import pathlib
+import sysconfig
+import traceback
 
 
 class UserError(ValueError):
@@ -12,3 +21,50 @@ class UserError(ValueError):
 
 class RunFailed(RuntimeError):
     """A run could not finish (for example every worker was lost); the message says what to do."""
+
+
+# a worker's report of the error it stopped on, `<worker id>.cause.json` in the attempt's log
+# folder: the controller reads the cause from it, not from the worker's log
+CAUSE_SUFFIX = ".cause.json"
+
+_SHOAL = pathlib.Path(__file__).resolve().parent
+# the interpreter's and the installed packages' code: not where a user's mistake is
+_LIBRARIES = {
+    pathlib.Path(p).resolve()
+    for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (p := sysconfig.get_paths().get(key))
+}
+
+
+def _is_library(filename: str) -> bool:
+    path = pathlib.Path(filename).resolve()
+    return filename.startswith("<") or any(path.is_relative_to(lib) for lib in _LIBRARIES)
+
+
+def _where(exc: BaseException) -> str | None:
+    """`file:line` of the frame most likely at fault: the deepest in the user's own code, else
+    the deepest in shoal (the call into a library that refused the user's values)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if pathlib.Path(f.filename).resolve().is_relative_to(_SHOAL)]
+    mine = [f for f in frames if f not in own and not _is_library(f.filename)]
+    best = (mine or own or frames or [None])[-1]
+    return f"{best.filename}:{best.lineno}" if best is not None else None
+
+
+def cause_line(exc: BaseException) -> str:
+    """One line for an exception from user code: `<file>:<line>: <Type>: <message>`."""
+    if isinstance(exc, UserError):
+        return str(exc)
+    text = str(exc.msg if isinstance(exc, SyntaxError) else exc).strip().splitlines()
+    what = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    where = _where(exc)
+    return f"{where}: {what}" if where else what
+
+
+def user_code_error(exc: BaseException) -> UserError:
+    """A UserError telling `exc` in one line (the traceback stays on `__cause__`)."""
+    err = UserError(cause_line(exc))
+    err.__cause__ = exc
+    return err

@@ -3,7 +3,8 @@
 Each subcommand lives in its own module under `shoal.cli` and exposes
 `register(subparsers) -> None`, which adds its parser and sets `func(args) -> int`.
 User errors (`ValueError`, which includes `shoal.errors.UserError`) become one line on stderr
-and exit code 2, never a traceback.
+and exit code 2, never a traceback (unless `--verbose` asks for the one of an error raised in
+the job's own code).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 
 from shoal.errors import RunFailed
 
@@ -45,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:
+        if getattr(args, "verbose", False) and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)  # an error in the job's code: where
         sys.stderr.write(f"shoal: error: {exc}\n")
         return 2
     except RunFailed as exc:

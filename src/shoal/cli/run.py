@@ -60,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     for e in events:
         if e.kind:
             devices.kind(e.kind)
-    result = run_local(RunSpec(config, devices.parse_workers(args.workers), events))
+    spec = RunSpec(config, devices.parse_workers(args.workers), events)
+    result = run_local(spec, verbose=args.verbose)
     print(
         f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s, "
         f"{result['samples_per_s']:,.0f} samples/s, state_sha256 {result['state_sha256']}"

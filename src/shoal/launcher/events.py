@@ -33,6 +33,13 @@ class Event:
     kind: str | None = None  # device kind for add
     deadline_s: float | None = None  # notice: seconds until a hard kill
 
+    def __str__(self) -> str:
+        """The event as it is written in --events, e.g. `step 100: add k80`."""
+        when = f"step {self.step}" if self.step is not None else f"at {self.at_s:g}s"
+        what = self.kind if self.action == "add" else self.worker
+        deadline = f" {self.deadline_s:g}s" if self.deadline_s is not None else ""
+        return f"{when}: {self.action} {what}{deadline}"
+
     def due(self, steps_done: int, elapsed_s: float) -> bool:
         if self.step is not None:
             return steps_done >= self.step

@@ -7,7 +7,7 @@ TCPStore on 127.0.0.1, starts workers (`python -m shoal.worker`) with their devi
 the slowdown that makes a CPU process run at that kind's speed relative to the fastest kind
 (from the catalog's measured throughputs), injects the `--events`, watches the processes, and
 publishes each new generation of the group when its membership changes (see
-`shoal.runtime.membership` for the protocol; `controller.py` for the decisions).
+`shoal.runtime.membership` for the protocol; `supervisor.py` for the decisions).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import dataclasses
 import json
 import pathlib
 import socket
+import sys
 from dataclasses import dataclass, field
 
 from shoal.config import RunConfig
-from shoal.errors import UserError
+from shoal.errors import UserError, user_code_error
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
 from shoal.metrics import METRICS_FILE, RESULT_FILE
@@ -61,13 +62,14 @@ def check_run(spec: RunSpec) -> Speeds:
     config = spec.config  # its own fields are checked already (RunConfig.__post_init__)
     if not spec.kinds:
         raise UserError("--workers names no worker")
-    job = build_job(load_job_file(config.job), parse_options(config.options), config.seed)
+    job = load_job(config)
     if config.max_micro_batches is not None:  # the planner's own check, before any worker starts
         try:
             caps = [config.max_micro_batches] * len(spec.kinds)
             plan_micro_batches(job.num_micro_batches, [1.0] * len(spec.kinds), caps)
         except UserError as exc:
             raise UserError(f"--max-micro-batches {config.max_micro_batches}: {exc}") from None
+    check_storage(config.checkpoint.dir)
     out = prepare_out_dir(config.out)
     ckpts = pathlib.Path(config.checkpoint.dir or out / "checkpoints")
     has_ckpt = ckpts.is_dir() and any(ckpts.glob("ckpt-*.json"))
@@ -87,15 +89,55 @@ def check_run(spec: RunSpec) -> Speeds:
     )
 
 
-def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
+def load_job(config: RunConfig):
+    """The job, built as a worker will build it; an exception in the job file's own code (a
+    syntax error, a failed import, a `make_job` that raises) is one line naming its file and
+    line, since every worker would hit it too."""
+    try:
+        return build_job(load_job_file(config.job), parse_options(config.options), config.seed)
+    except UserError:
+        raise
+    except Exception as exc:
+        raise user_code_error(exc) from exc
+
+
+def check_storage(url: str | None) -> None:
+    """An fsspec URL's filesystem must be installed here before any worker needs it."""
+    if not url or "://" not in url:
+        return
+    import fsspec
+
+    protocol = url.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except (ImportError, ValueError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"--checkpoint-dir {url}: {message}") from None
+
+
+def unreachable_events(spec: RunSpec) -> list[Event]:
+    """Events that can never fire: a step the run ends before, or a worker never started
+    (workers are numbered in order of creation: the initial ones, then each `add`)."""
+    created = len(spec.kinds) + sum(e.action == "add" for e in spec.events)
+    return [
+        e
+        for e in spec.events
+        if (e.step is not None and e.step >= spec.config.steps)
+        or (e.worker not in (None, "random") and int(e.worker[1:]) >= created)
+    ]
+
+
+def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) -> dict:
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
+    for e in unreachable_events(spec):
+        sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
     out = pathlib.Path(spec.config.out)
     if not spec.config.resume:
         for stale in (METRICS_FILE, RESULT_FILE):
             (out / stale).unlink(missing_ok=True)
     else:
         (out / RESULT_FILE).unlink(missing_ok=True)
-    Controller(spec, speeds, show_progress).run()
+    Controller(spec, speeds, show_progress, verbose).run()
     return json.loads((out / RESULT_FILE).read_text())

@@ -1,16 +1,26 @@
 """The controller of a local elastic run: processes, injected events, and group generations.
 
 It owns the membership decisions of the protocol in `shoal.runtime.membership`:
-- generation 0 is the initial workers;
+- generation 0 is the initial workers, published once each has built its model and arrived
+  (one that is not there `STARTUP_GRACE_S` after a peer arrived joins later, as a newcomer);
 - when a member dies (its process exits without finishing) the survivors' collective fails
   and they wait for the next generation; the controller publishes it once every surviving
   member has arrived;
+- liveness: a member that stalls (stopped, swapping, frozen) makes its peers' collective time
+  out after `--peer-timeout`; they arrive at the next generation, and a member still missing
+  one more timeout after the first arrival is declared lost. The group re-forms without it; if
+  it wakes up it finds its group gone and is admitted again like a newcomer;
 - a notice sends SIGTERM: the worker leaves at the next step boundary, handing nothing over
   because every member already holds the state (and is SIGKILLed if its deadline passes);
 - a new worker starts at once but is admitted only when it has built its model (`ready`), by
   asking the current group to regroup at the next step boundary, so joins cost the group one
   regroup, not a process start-up.
-Membership events (join, leave, fail) go to metrics.jsonl; rank 0 logs each recovery.
+Every wait has a deadline or a process to watch: when nothing can continue (no live worker and
+no timed join still to come) the run fails at once, and a worker that stopped on an error in
+the job's code (exit code 2, with its cause in `<wid>.cause.json`) stops the run with that
+error. Membership events (join, notice, leave, fail) go to metrics.jsonl; rank 0 logs each
+recovery; every one of them is also a console line. Each attempt at a run (a first run, each
+`--resume`) keeps its worker logs in its own `logs/attempt-N/`.
 """
 
 from __future__ import annotations
@@ -27,13 +37,16 @@ import time
 from dataclasses import dataclass
 
 from shoal.console import Progress
-from shoal.errors import RunFailed, UserError
+from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
 from shoal.launcher.spec import RunSpec, Speeds
 from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line
 
 POLL_S = 0.05
+# how long the first workers wait for a peer still building its model (importing torch and
+# building a model can take tens of seconds on a loaded host) before starting without it
+STARTUP_GRACE_S = 60.0
 
 
 @dataclass
@@ -42,16 +55,25 @@ class Worker:
     kind: str
     proc: subprocess.Popen
     log: pathlib.Path
-    state: str = "starting"  # starting -> member | leaving -> gone
+    state: str = "starting"  # starting -> member | leaving -> gone (a lost member: starting)
     kill_at: float | None = None  # a notice's deadline (monotonic seconds)
     cause: str = ""
+    declared_lost: bool = False  # silent past the deadline; alive, and may come back
+
+
+def attempt_dir(logs: pathlib.Path) -> pathlib.Path:
+    """A new numbered folder for this attempt's worker logs: earlier attempts' are kept."""
+    taken = [int(d.name.split("-", 1)[1]) for d in logs.glob("attempt-*") if d.name[8:].isdigit()]
+    path = logs / f"attempt-{max(taken, default=0) + 1}"
+    path.mkdir(parents=True)
+    return path
 
 
 class Controller:
-    def __init__(self, spec: RunSpec, speeds: Speeds, show_progress: bool):
-        self.spec, self.speeds = spec, speeds
+    def __init__(self, spec: RunSpec, speeds: Speeds, show_progress: bool, verbose: bool = False):
+        self.spec, self.speeds, self.verbose = spec, speeds, verbose
         self.out = pathlib.Path(spec.config.out)
-        (self.out / "logs").mkdir(exist_ok=True)
+        self.logs = attempt_dir(self.out / "logs")
         self.metrics = self.out / METRICS_FILE
         # the listening socket must outlive the store that serves on it
         self.store, self.port, self._listener = host_store()
@@ -64,6 +86,10 @@ class Controller:
         self.progress = Progress(spec.config.steps) if show_progress else None
         self.finished = False
         self.formed_at_step = 0  # steps done when the current generation was published
+        self.first_arrival: float | None = None  # when a member first waited for the next one
+        self.alone_since: float | None = None  # when only workers declared lost were left
+        self.change_seen: float | None = None  # when the current generation was seen to end
+        self.timeout_s = spec.config.peer_timeout_s
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
 
     # -- processes -------------------------------------------------------------------------
@@ -74,11 +100,12 @@ class Controller:
             SHOAL_STORE=f"127.0.0.1:{self.port}",
             SHOAL_WORKER_ID=wid,
             SHOAL_T0=repr(self.t0),
+            SHOAL_CAUSE_DIR=str(self.logs),
             LOCAL_RANK=str(len(self.workers)),
             **self.spec.worker_config(self.speeds.slowdown[kind]).to_env(),
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
-        log = self.out / "logs" / f"{wid}.log"
+        log = self.logs / f"{wid}.log"
         with open(log, "w") as f:
             cmd = [sys.executable, "-m", "shoal.worker"]  # the configuration is in SHOAL_CONFIG
             proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
@@ -97,19 +124,33 @@ class Controller:
         )
         append_line(self.metrics, event)
 
+    def say(self, text: str) -> None:
+        """One console line (stderr), clearing a progress bar drawn on a terminal first."""
+        if not self.progress:
+            return
+        prefix = "\r\x1b[K" if self.progress.tty else ""
+        sys.stderr.write(f"{prefix}shoal: {text}\n")
+        sys.stderr.flush()
+
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         try:
             for kind in self.spec.kinds:
                 self.spawn(kind)
-            self.publish([w.id for w in self.workers.values()])
+            kinds = ", ".join(self.spec.kinds)
+            self.say(f"starting {len(self.spec.kinds)} workers ({kinds}); logs in {self.logs}")
             while not self.finished:
                 self.read_progress()
                 self.fire_events()
                 self.reap()
-                self.admit_and_regroup()
+                if self.members:
+                    self.admit_and_regroup()
+                else:
+                    self.start_group()
                 time.sleep(POLL_S)
+            self.read_progress()
             self.publish_done()
+            self.report_unused()
             for w in self.workers.values():
                 try:
                     w.proc.wait(timeout=30)
@@ -135,6 +176,8 @@ class Controller:
         self._read_upto += len(complete)
         for line in complete.decode().split("\n"):
             rec = parse_line(line, str(self.metrics))
+            if isinstance(rec, MembershipEvent):
+                self.say(describe(rec))
             if isinstance(rec, StepLine) and rec.step + 1 > self.steps_done:
                 self.steps_done = rec.step + 1
                 if self.progress:
@@ -150,7 +193,8 @@ class Controller:
         for e in due:
             self.pending.remove(e)
             if e.action == "add":
-                self.spawn(e.kind)
+                w = self.spawn(e.kind)
+                self.say(f"step {self.steps_done}: starting {w.id} ({w.kind})")
                 continue
             if e.worker == "random":
                 alive = [
@@ -167,9 +211,7 @@ class Controller:
                 e = dataclasses.replace(e, worker=self.rng.choice(alive))
             w = self.workers.get(e.worker)
             if w is None or w.proc.poll() is not None or w.state == "gone":
-                sys.stderr.write(
-                    f"shoal: warning: event '{e.action} {e.worker}': no such live worker; skipped\n"
-                )
+                sys.stderr.write(f"shoal: warning: event '{e}': no such live worker; skipped\n")
                 continue
             if e.action == "kill":
                 w.cause = "killed (SIGKILL)"
@@ -177,6 +219,8 @@ class Controller:
             else:  # notice / leave: SIGTERM, then a hard kill at the deadline
                 w.proc.send_signal(signal.SIGTERM)
                 w.state = "leaving"
+                deadline = f"{e.deadline_s:g}s" if e.deadline_s is not None else "no"
+                self.event("notice", w, f"leave at the next step boundary ({deadline} deadline)")
                 if e.deadline_s is not None:
                     w.kill_at = now + e.deadline_s
 
@@ -192,46 +236,110 @@ class Controller:
                 key = f"left/{w.id}"
                 left = int(self.store.get(key)) if self.store.check([key]) else None
                 self.event("leave", w, "left at a step boundary after a notice", left)
-            elif code == 0 and w.state == "starting":
-                pass  # never admitted and the run is over
+            elif (code == 0 and w.state == "starting") or w.declared_lost:
+                pass  # never admitted and the run is over, or its loss is logged already
             else:
-                self.event("fail", w, w.cause or f"exited with code {code}")
                 if code == 2:
                     self.user_error(w)
+                self.event("fail", w, w.cause or f"exited with code {code}")
             w.state = "gone"
-        if not self.finished and all(w.state == "gone" for w in self.workers.values()):
-            if not self.pending:
-                self.fatal()
+        if not self.finished and not self.can_continue():
+            self.fatal()
+
+    def can_continue(self) -> bool:
+        """Whether a live worker, or a join still to come, can carry the run on. A step event
+        cannot fire once every worker is gone (no step will complete); a timed join can. A
+        worker declared lost is waited for one more timeout when nobody else is left, then
+        killed: it may never wake up."""
+        if any(w.state != "gone" and not w.declared_lost for w in self.workers.values()):
+            self.alone_since = None
+            return True
+        if any(e.action == "add" and e.at_s is not None for e in self.pending):
+            return True
+        lost = [w for w in self.workers.values() if w.declared_lost and w.state != "gone"]
+        self.alone_since = self.alone_since or time.monotonic()
+        if lost and time.monotonic() - self.alone_since <= self.timeout_s:
+            return True
+        for w in lost:
+            w.proc.kill()
+            w.proc.wait()
+            w.state = "gone"
+        return False
+
+    def start_group(self) -> None:
+        """Publish generation 0 once every initial worker still alive has arrived."""
+        first = [self.workers[f"w{i}"] for i in range(len(self.spec.kinds))]
+        initial = [w for w in first if w.state == "starting"]
+        arrived = [w for w in initial if self.store.check([f"arrived/0/{w.id}"])]
+        if not arrived:
+            return
+        now = time.monotonic()
+        self.first_arrival = self.first_arrival or now
+        late = now - self.first_arrival > max(STARTUP_GRACE_S, self.timeout_s)
+        if len(arrived) < len(initial) and not late:
+            return
+        self.first_arrival = None
+        self.say(f"{len(arrived)} workers ready after {time.time() - self.t0:.1f}s; training")
+        self.publish([w.id for w in arrived])
 
     def admit_and_regroup(self) -> None:
+        nxt = self.generation + 1
         ready = [
             w
             for w in self.workers.values()
             if w.state == "starting"
             and w.proc.poll() is None
-            and self.store.check([f"ready/{w.id}"])
+            and self.store.check([f"ready/{w.id}", f"arrived/{nxt}/{w.id}"])
         ]
         # a leaving member goes after the step that announced it: survivors then arrive
         broken = any(self.workers[m].state in ("gone", "leaving") for m in self.members)
-        if ready and not broken and not self.store.check([f"regroup/{self.generation}"]):
+        requested = self.store.check([f"regroup/{self.generation}"])
+        if ready and not broken and not requested:
             self.store.set(f"regroup/{self.generation}", "1")  # stop at the next boundary
-        if not broken and not self.store.check([f"regroup/{self.generation}"]):
-            return
+            requested = True
         survivors = [m for m in self.members if self.workers[m].state == "member"]
+        arrived = [m for m in survivors if self.store.check([f"arrived/{nxt}/{m}"])]
+        now = time.monotonic()
+        if arrived and self.first_arrival is None:
+            self.first_arrival = now  # a regroup, a failure, or a stall
+        if not (broken or requested or arrived):
+            return
+        self.change_seen = self.change_seen or now
+        # late: one timeout after the first arrival; or, with nobody arrived, after the longest
+        # a healthy member can take to reach the boundary (a step and its collective's timeout,
+        # the step itself shorter than the timeout) and one more timeout
+        late = (
+            now - self.first_arrival > self.timeout_s
+            if arrived
+            else now - self.change_seen > 3 * self.timeout_s
+        )
+        if len(arrived) < len(survivors):
+            if not late:
+                return
+            for m in [m for m in survivors if m not in arrived]:
+                self.declare_lost(self.workers[m])
+            survivors = arrived
         candidates = survivors + [w.id for w in ready]
-        nxt = self.generation + 1
-        if not candidates or not all(self.store.check([f"arrived/{nxt}/{c}"]) for c in candidates):
+        if not candidates or len(arrived) < len(survivors):
             return
         for w in ready:
             self.event("join", w, f"admitted in generation {nxt}")
         self.publish(candidates)
 
+    def declare_lost(self, w: Worker) -> None:
+        """A member silent past the deadline: the group goes on without it. Should it wake up,
+        its collective fails, it waits for a later generation and is admitted as a newcomer."""
+        w.state, w.declared_lost = "starting", True
+        silent = time.monotonic() - self.change_seen
+        self.event("fail", w, f"no response {silent:.0f}s after its group ended (stalled?)")
+
     def publish(self, ids: list[str]) -> None:
         if self.members:
             self.generation += 1
         for wid in ids:
-            self.workers[wid].state = "member"
+            self.workers[wid].state, self.workers[wid].declared_lost = "member", False
         self.members, self.formed_at_step = ids, self.steps_done
+        self.first_arrival = self.change_seen = None
         kinds = [self.workers[i].kind for i in ids]
         self.store.set(
             f"members/{self.generation}",
@@ -247,20 +355,58 @@ class Controller:
     def publish_done(self) -> None:
         self.store.set(f"members/{self.generation + 1}", json.dumps({"done": True}))
 
+    def report_unused(self) -> None:
+        """Say what the run ended without: events that never fired, workers never admitted."""
+        for e in self.pending:
+            sys.stderr.write(
+                f"shoal: warning: event '{e}' never fired: the run ended at step "
+                f"{self.steps_done}\n"
+            )
+        for w in self.workers.values():
+            if w.state == "starting":
+                what = "declared lost, did not come back" if w.declared_lost else "not admitted"
+                sys.stderr.write(
+                    f"shoal: warning: {w.id} ({w.kind}) was {what} before the run ended\n"
+                )
+
     def user_error(self, w: Worker) -> None:
+        """A worker stopped on an error in the job's code or input: it would recur on any
+        worker and after any resume, so the run stops with it (exit code 2)."""
+        cause = self.logs / f"{w.id}{CAUSE_SUFFIX}"
+        if cause.is_file():
+            report = json.loads(cause.read_text())
+            if self.verbose and report.get("traceback"):
+                sys.stderr.write(report["traceback"])
+            raise UserError(report["cause"])
         last = w.log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
         if last[0].startswith("shoal: error: "):
             raise UserError(last[0].removeprefix("shoal: error: "))
 
     def fatal(self) -> None:
+        self.read_progress()  # the console lines of the last events first
         tails = []
         for w in self.workers.values():
             text = w.log.read_text(errors="replace").strip().splitlines()[-8:]
             tails.append(
                 f"--- {w.id} ({w.cause or 'exit ' + str(w.proc.returncode)}):\n" + "\n".join(text)
             )
-        (self.out / "logs" / "failure.txt").write_text("\n".join(tails) + "\n")
+        (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
+        unfired = f"; {len(self.pending)} pending events cannot fire" if self.pending else ""
         raise RunFailed(
-            f"every worker is gone at step {self.steps_done}; continue with "
-            f"--resume {self.out} (worker logs: {self.out / 'logs'})"
+            f"every worker is gone at step {self.steps_done}{unfired}; continue with "
+            f"--resume {self.out} (worker logs: {self.logs})"
         )
+
+
+def describe(e: MembershipEvent) -> str:
+    """The console line of a membership event."""
+    who = f"{e.worker} ({e.device})" if e.device else e.worker
+    at = f"step {e.step}: " if e.step is not None else ""
+    if e.event == "recover":
+        lost = e.lost_steps or 0
+        return (
+            f"{at}recovered in {e.recovery_time_s or 0:.2f}s, {lost} step"
+            f"{'' if lost == 1 else 's'} lost ({e.detail})"
+        )
+    verb = {"join": "joined", "leave": "left", "fail": "lost", "notice": "got a notice"}
+    return f"{at}{who} {verb.get(e.event, e.event)}" + (f": {e.detail}" if e.detail else "")

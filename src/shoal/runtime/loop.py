@@ -11,22 +11,33 @@ What happens when a generation ends early is the membership's call, decided once
 under `shoal run` the worker joins the next generation; under torchrun (a generation is one
 life of the process) it spools its step-boundary state to a node-local spool and exits, and
 the restarted workers resume from the newest spool or checkpoint any of them holds.
+
+Any other exception (the job's code raising, wrong shapes, a loss that is not a scalar, bad
+input) is deterministic: every worker would meet it again, after any regroup or resume. The
+worker then reports it in one line (file and line) in `<id>.cause.json` for the controller, with
+the traceback, and exits with code 2.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+import pathlib
 import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from shoal.config import RunConfig
+from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
 from shoal.job import Job, build_job, load_job_file, parse_options
+from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
 from shoal.runtime.membership import Group, Membership, PeerFailure, connect
@@ -56,6 +67,7 @@ class Worker:
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
     samples_at_start: int = 0  # a resumed run counts its own samples
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
+    earlier_ids: tuple[str, ...] | None = None  # a restarted process: the last group's members
 
     def note(self, text: str) -> None:
         """A timestamped line in this worker's log (stderr), for reading a run after the fact."""
@@ -86,6 +98,40 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
+def reports_errors(main):
+    """Turn an exception that is not a peer's failure into a reported cause and a UserError
+    (which the worker's entry prints as one line, exit code 2)."""
+
+    @functools.wraps(main)
+    def wrapper(config: RunConfig) -> int:
+        try:
+            return main(config)
+        except PeerFailure:
+            raise
+        except Exception as exc:
+            error = exc if isinstance(exc, UserError) else user_code_error(exc)
+            text = traceback.format_exc()
+            sys.stderr.write(text)  # the worker's log keeps the whole story
+            _write_cause(config, str(error), text)
+            raise error from exc
+
+    return wrapper
+
+
+def _write_cause(config: RunConfig, cause: str, text: str) -> None:
+    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs."""
+    wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
+    folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
+        tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
+        os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
+    except OSError:
+        pass  # the one-line error on stderr still tells it
+
+
+@reports_errors
 def main(config: RunConfig) -> int:
     t0 = float(os.environ.get("SHOAL_T0", time.time()))
     torch.set_num_threads(config.threads)
@@ -141,12 +187,14 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     checkpointer = Checkpointer(
         ck.dir or str(out / "checkpoints"), fingerprint, ck.every, ck.seconds
     )
-    membership = connect("nccl" if device.type == "cuda" else "gloo")
+    membership = connect("nccl" if device.type == "cuda" else "gloo", config.peer_timeout_s)
     spool_url = outputs.spool_dir(out)
     if not membership.restarted and not config.resume:
         shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
+    if membership.restarted:
+        _continue_earlier_life(w)
     if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
         (out / "samples").mkdir(exist_ok=True)
         log = out / "samples" / f"{membership.worker_id}.jsonl"
@@ -154,6 +202,42 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
             log, {"step": step, "micro_batch": j, "ids": ids}
         )
     return w
+
+
+def _continue_earlier_life(w: Worker) -> None:
+    """A process restarted by torchrun: keep the run's clock (wall times stay those of the whole
+    run, not of this life) and remember the group the last life logged, so rank 0 can log who
+    was lost or joined and the recovery time (from the last record the earlier life wrote)."""
+    path = w.out / METRICS_FILE
+    records = list(read_metrics(path)) if path.exists() else []
+    timed = [r for r in records if r.wall_time_s is not None]
+    steps = [r for r in records if isinstance(r, StepLine)]
+    if not timed or not steps:
+        return
+    last_write = path.stat().st_mtime
+    if "SHOAL_T0" not in os.environ:
+        w.t0 = last_write - timed[-1].wall_time_s
+    w.ended_at = last_write
+    w.earlier_ids = tuple(share.id for share in steps[-1].workers)
+
+
+def _log_restart(w: Worker, group: Group) -> None:
+    """Rank 0 of a group torchrun restarted: the membership changes, as `shoal run` logs them."""
+    before, now = set(w.earlier_ids or ()), set(group.ids)
+    restart = f"torchrun restart {group.generation}"
+    changes = [("fail", i, f"gone at {restart}") for i in sorted(before - now)]
+    changes += [("join", i, f"admitted at {restart}") for i in sorted(now - before)]
+    for event, wid, detail in changes:
+        record = MembershipEvent(
+            event=event,
+            worker=wid,
+            device="native",
+            step=w.trainer.step,
+            wall_time_s=time.time() - w.t0,
+            detail=detail,
+        )
+        outputs.append_line(w.out / METRICS_FILE, record)
+    w.earlier_ids = None
 
 
 def _generation(w: Worker, group: Group, device: torch.device) -> int | None:
@@ -196,6 +280,8 @@ def _train(w: Worker, group: Group, device: torch.device):
         w.samples_at_start = trainer.samples_seen
     w.has_state, w.attempted = True, -1
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
+    if w.writer and w.earlier_ids is not None:
+        _log_restart(w, group)
     rec, first = None, True
     while trainer.step < w.config.steps:
         w.attempted = trainer.step

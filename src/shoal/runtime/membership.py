@@ -95,14 +95,16 @@ class Membership(Protocol):
         """A graceful leave after `steps_done` steps."""
 
 
-def connect(backend: str) -> Membership:
+def connect(backend: str, peer_timeout_s: float = 30.0) -> Membership:
     """The membership this process was started under: the controller's store when `shoal run`
-    set SHOAL_STORE, torchrun's agent otherwise."""
+    set SHOAL_STORE, torchrun's agent otherwise. `peer_timeout_s` bounds every collective: a
+    peer silent that long (stalled, not dead) fails the step like a dead one."""
     address = os.environ.get("SHOAL_STORE")
     if not address:
         return TorchrunMembership(backend)
     host, port = address.rsplit(":", 1)
-    return StoreMembership(os.environ["SHOAL_WORKER_ID"], host, int(port), backend)
+    wid = os.environ["SHOAL_WORKER_ID"]
+    return StoreMembership(wid, host, int(port), backend, op_timeout_s=peer_timeout_s)
 
 
 class StoreMembership:
@@ -230,7 +232,10 @@ class TorchrunMembership:
         self.backend, self.done = backend, False
         self.rank, self.world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         self.generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-        self.worker_id = f"w{self.rank}"
+        # ranks are renumbered at each restart; the host, its agent and the local rank are not,
+        # so the metrics can tell which worker was lost or joined across restarts
+        local = os.environ.get("LOCAL_RANK", "0")
+        self.worker_id = f"{socket.gethostname()}:{os.getppid()}:{local}"
         self.restarted = self.may_hold_state = self.generation > 0
 
     def announce_ready(self) -> None:
@@ -240,14 +245,18 @@ class TorchrunMembership:
         if self.done:
             return None
         self.done = True
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group(self.backend, timeout=_timeout(60))
-        ids = tuple(f"w{r}" for r in range(self.world))
+        ids: list = [self.worker_id]
+        if self.world > 1:
+            if not dist.is_initialized():
+                dist.init_process_group(self.backend, timeout=_timeout(60))
+            ids = [None] * self.world
+            with peer_failures():
+                dist.all_gather_object(ids, self.worker_id)
         return Group(
             self.generation,
             self.rank,
             self.world,
-            ids,
+            tuple(ids),
             ("native",) * self.world,
             (1.0,) * self.world,
         )
