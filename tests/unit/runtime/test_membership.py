@@ -1,5 +1,8 @@
 """The torchrun membership: one generation per process life; a group that ends early spools."""
 
+import os
+import socket
+
 from shoal.runtime.membership import Group, TorchrunMembership
 
 
@@ -8,8 +11,10 @@ def test_torchrun_membership_is_one_life(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     m = TorchrunMembership("gloo")
-    assert m.restarted and m.may_hold_state and m.worker_id == "w0"
-    assert m.join() == Group(2, 0, 1, ("w0",), ("native",), (1.0,))
+    # the id outlives restarts (ranks are renumbered): host, agent pid, local rank
+    assert m.restarted and m.may_hold_state
+    assert m.worker_id == f"{socket.gethostname()}:{os.getppid()}:0"
+    assert m.join() == Group(2, 0, 1, (m.worker_id,), ("native",), (1.0,))
     assert m.join() is None  # the next generation is the agent's restart, not this process
     assert m.regroup_requested() is False
 
