@@ -6,7 +6,7 @@ from shoal.sim.jobs import JobRun, JobSpec
 from shoal.sim.policies.fill import waterfill
 
 
-def _score(job, counts, kind):
+def _score(job, counts, kind, left):
     # a fifth GPU (the first on a second node) gains nothing; the sixth to eighth gain again
     n = counts.get(kind, 0)
     return 0.0 if n == 4 or n >= 8 else 1.0 / (n + 1)
@@ -19,3 +19,17 @@ def test_bundles_cross_a_node_boundary_only_when_asked(lookahead, gpus):
         [job], {"t4": 16}, lambda j, left: "t4", _score, lambda j: 64, lookahead=lookahead
     )
     assert plan == {"j": {"t4": gpus}}
+
+
+def test_a_bundle_score_values_the_bundle_as_a_whole():
+    # with a bundle score, the bundle pass asks it, not the mean of one-at-a-time scores
+    job = JobRun(JobSpec("j", 0.0, "cifar10", 1, 128, 100.0))
+
+    def plan_with(bundle):
+        fill = waterfill(
+            [job], {"t4": 16}, lambda j, left: "t4", _score, lambda j: 64, 4, bundle_score=bundle
+        )
+        return fill["j"]["t4"]
+
+    assert plan_with(lambda job, counts, kind, d, left: 0.0) == 4  # no bundle pays
+    assert plan_with(lambda job, counts, kind, d, left: float(counts[kind] < 12)) == 12

@@ -19,8 +19,11 @@ from collections.abc import Callable
 from shoal.sim.jobs import JobRun
 
 Counts = dict[str, int]
-# score(job, counts, kind) -> marginal value of one more GPU of `kind` (<= 0: do not add)
-Score = Callable[[JobRun, Counts, str], float]
+# score(job, counts, kind, left) -> marginal value of one more GPU of `kind` (<= 0: do not add);
+# `left`: the GPUs per kind not yet handed out
+Score = Callable[[JobRun, Counts, str, Counts], float]
+# bundle_score(job, counts, kind, d, left) -> value per GPU of d more GPUs of `kind`
+BundleScore = Callable[[JobRun, Counts, str, int, Counts], float]
 
 
 def waterfill(
@@ -30,12 +33,14 @@ def waterfill(
     score: Score,
     max_gpus: Callable[[JobRun], int],
     lookahead: int = 1,
+    bundle_score: BundleScore | None = None,
 ) -> dict[str, Counts]:
     """Per-job GPU counts by kind. `jobs` is in priority order; `free` GPUs per kind.
 
     `lookahead` is the largest bundle of the second pass (1: no second pass). 4, one node of
-    every cluster preset, lets a job cross one node boundary; docs/notes/sim-fidelity.md
-    measures what that does to shoal's policy (lower JCT, higher cost), which keeps 1 for now.
+    every cluster preset, lets a job cross one node boundary. A bundle is valued by
+    `bundle_score` where given (a policy that gates GPUs by their gain can then gate the bundle
+    as a whole), else by the mean of its GPUs' one-at-a-time scores.
     """
     left = dict(free)
     plan: dict[str, Counts] = {}
@@ -56,10 +61,14 @@ def waterfill(
         for kind, n in left.items():
             best, total, more = (0.0, 0), 0.0, dict(counts)
             for d in range(1, min(bundle, n, room) + 1):
-                total += score(job, more, kind)
-                more[kind] = more.get(kind, 0) + 1
-                if total / d > best[0]:
-                    best = (total / d, d)
+                if bundle_score is None or d == 1:
+                    total += score(job, more, kind, left)
+                    more[kind] = more.get(kind, 0) + 1
+                    value = total / d
+                else:
+                    value = bundle_score(job, counts, kind, d, left)
+                if value > best[0]:
+                    best = (value, d)
             if best[1]:
                 heapq.heappush(heap, (-best[0], order[name], name, kind, best[1]))
 

@@ -34,6 +34,7 @@ class ShoalPolicy:
     las_scale_gpu_s: float = 3600.0  # attained service at which a job's weight halves
     price_exponent: float = 0.3  # marginal goodput is divided by price ** this (0: ignore price)
     max_gpus_per_job: int = 64
+    lookahead: int = 4  # a bundle of up to one node's GPUs may cross a node boundary (fill.py)
     name: str = "shoal"
     periodic: bool = True
     inplace_rescale: bool = True
@@ -59,6 +60,10 @@ class ShoalPolicy:
         free, spot_free = _room(view)
         per_node = gpus_per_node(view)
 
+        def room(kind: str, left: dict[str, int]) -> int:
+            """Spot GPUs of `kind` still free as the fill hands GPUs out (spot fills first)."""
+            return max(0, spot_free.get(kind, 0) - (free[kind] - left[kind]))
+
         def rate(job: JobRun, counts: dict[str, int]) -> float:
             nodes = nodes_needed(counts, per_node)
             return best_batch(job.spec.app, counts, nodes, job.progress)[1]
@@ -66,9 +71,13 @@ class ShoalPolicy:
         plan = waterfill(
             elastic,
             free,
-            lambda job, left: self._first_kind(job, left, spot_free),
-            lambda job, counts, kind: self._score(job, counts, kind, rate, spot_free),
+            lambda job, left: self._first_kind(job, left, {k: room(k, left) for k in left}),
+            lambda job, counts, kind, left: self._score(job, counts, kind, rate, room(kind, left)),
             lambda j: self.max_gpus_per_job,
+            lookahead=self.lookahead,
+            bundle_score=lambda job, counts, kind, d, left: self._score(
+                job, counts, kind, rate, room(kind, left), d
+            ),
         )
         # keep running jobs whose plan barely changes their speed (a rescale is not free)
         keep = []
@@ -100,18 +109,31 @@ class ShoalPolicy:
             ),
         )
 
-    def _score(self, job: JobRun, counts: dict[str, int], kind: str, rate, spot_free) -> float:
+    def _score(
+        self, job: JobRun, counts: dict[str, int], kind: str, rate, spot_room: int, d: int = 1
+    ) -> float:
+        """Value per GPU of `d` more GPUs of `kind`; 0 unless together they return at least
+        `min_marginal` of their nominal speed and the last of them does alone (a bundle is gated
+        as a whole: the GPU that crosses a node boundary gains little alone, the next ones a
+        lot)."""
         now = rate(job, counts)
         more = dict(counts)
-        more[kind] = more.get(kind, 0) + 1
+        more[kind] = more.get(kind, 0) + d
         new = rate(job, more)
         base = unit_goodput(job.spec.app, job.progress)
         speed = load_devices().app_speed(kind, job.spec.app)
-        if new - now < self.min_marginal * speed * base:
+        least = self.min_marginal * speed * base
+        if new - now < least * d:
             return 0.0
+        if d > 1:  # ... and its last GPU still pays alone (no useless GPUs ride along)
+            more[kind] -= 1
+            if new - rate(job, more) < least:
+                return 0.0
         weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
-        gain = base / now - base / new
-        return weight * gain / marginal_price(kind, spot_free.get(kind, 0)) ** self.price_exponent
+        gain = (base / now - base / new) / d
+        # the bundle's mean price per GPU: spot while the kind's spot room lasts
+        price = sum(marginal_price(kind, spot_room - i) for i in range(d)) / d
+        return weight * gain / price**self.price_exponent
 
     def _place(
         self, view: ClusterView, job: JobRun, plan: dict[str, int], decisions: dict[str, Decision]
