@@ -50,8 +50,9 @@ def test_mixed_workers_with_a_kill_and_a_join(reference, tmp_path):
     policy, digest, path = reference
     out = tmp_path / "churn"
     events = "step 0: add k80; step 35: kill 1"
-    # paced to ~40 ms a micro-batch on the fastest kind, so the newcomer is up before the end
-    env = {"SHOAL_LOG_SAMPLES": "1", "SHOAL_EMULATED_HOST_S": "0.04"}
+    # the newcomer starts with the others and is admitted within a few steps; pacing (10 ms a
+    # micro-batch on the fastest kind) leaves it time on a loaded host
+    env = {"SHOAL_LOG_SAMPLES": "1", "SHOAL_EMULATED_HOST_S": "0.01"}
     result = run(out, "v100,k80,k80", policy, "--events", events, env=env)
     assert result["state_sha256"] == digest
     assert trajectory(out) == path
