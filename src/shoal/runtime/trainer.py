@@ -151,6 +151,11 @@ class Trainer:
         if self._joined is not None:
             group, self._joined = self._joined, None
             caps = [self.max_micro_batches] * group.world_size
+            cap = self._cap()
+            if self.batch.measuring and cap is not None and self.rebalancer.num_micro_batches > cap:
+                # an adaptive batch grown to fit a larger group: capped to what this one holds
+                # (a fixed batch is the job's math, so it is never shrunk: the planner refuses)
+                self.rebalancer.resize(cap)
             self.rebalancer.regroup(group.ids, group.priors, caps)
         return self.rebalancer.plan
 

@@ -38,13 +38,16 @@ def make_job(**extra) -> shoal.Job:
 
 
 class Doubling:
-    """A policy of the contract's shape that doubles the batch after step 0, then keeps it."""
+    """A policy of the contract's shape that doubles the batch after step 0, then keeps it
+    (within the cap)."""
 
     name, every = "doubling", 1
 
     def decide(self, stats, context):
         batch = stats.num_micro_batches * stats.micro_batch_size
-        return 2 * batch if stats.step == 0 else batch
+        batch = 2 * batch if stats.step == 0 else batch
+        cap = context.cap_micro_batches
+        return batch if cap is None else min(batch, cap * stats.micro_batch_size)
 
     def lr_factor(self, batch, context):
         return batch / context.initial_batch
@@ -56,8 +59,9 @@ class Doubling:
         pass
 
 
-def adaptive_trainer(policy=None, **job_extra) -> Trainer:
-    trainer = Trainer(make_job(**job_extra), batch=BatchConfig(policy="jabas", every=2))
+def adaptive_trainer(policy=None, cap=None, **job_extra) -> Trainer:
+    config = BatchConfig(policy="jabas", every=2)
+    trainer = Trainer(make_job(**job_extra), max_micro_batches=cap, batch=config)
     if policy is not None:
         trainer.batch.policy = policy
     return trainer
@@ -127,6 +131,11 @@ def test_a_new_batch_resizes_the_plan_and_continues_the_stream():
     stream = [i for s in range(4) for j in range(records[s].global_batch_size // b)
               for i in used[(s, j)]]  # fmt: skip
     assert stream == [i for j in range(7 * B0 // b) for i in order.sample_ids(0, j)]
+
+
+def test_a_batch_the_group_cannot_hold_is_capped():
+    trainer = adaptive_trainer(Doubling(), cap=3)  # M = 4 micro-batches, the group holds 3
+    assert [trainer.train_step().global_batch_size for _ in range(2)] == [3 * b, 3 * b]
 
 
 def test_the_lr_factor_scales_the_step_only():
