@@ -93,6 +93,69 @@ class EmulationConfig:
 
 
 @dataclass(frozen=True)
+class BatchConfig:
+    """Adaptive global batch size: the policy deciding it and its knobs. A field left unset
+    (None) takes the job's value (`Job.batch_policy`, `Job.batch_options`), else the default
+    named in its help. The policy itself is built, and its knobs checked, by
+    `shoal.control.batch_policy.make_policy`, in the launcher before any worker starts."""
+
+    policy: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--batch-policy",
+            "global batch policy: fixed, jabas, pollux, ... (default: the job's, else fixed)",
+            metavar="NAME",
+        ),
+    )
+    bounds: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--batch-bounds",
+            "global batch bounds in samples, multiples of the micro-batch size "
+            "(default: one micro-batch to the larger of an epoch and the job's batch)",
+            metavar="LOW:HIGH",
+        ),
+    )
+    every: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--batch-every",
+            "decide the batch (and measure gradient similarity) every P steps (default 100)",
+            metavar="P",
+        ),
+    )
+    lr_scaling: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--lr-scaling",
+            "learning-rate rule as the batch changes: none, linear, sqrt, adascale (default none)",
+            metavar="RULE",
+        ),
+    )
+    reference: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--batch-reference",
+            "device kinds whose priors give the policy's throughput model, the same on any "
+            "layout (default: shoal run's --workers; under torchrun one worker)",
+            metavar="KINDS",
+        ),
+    )
+    options: tuple[str, ...] = field(
+        default=(),
+        metadata=_flag(
+            "--batch-option",
+            "a policy parameter, e.g. gamma=0.1, alpha=0.1 (repeatable)",
+            metavar="KEY=VALUE",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        _at_least(self.every, 1, "--batch-every")
+        object.__setattr__(self, "options", tuple(self.options))
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What one worker process needs to train a job: shared by every worker of a run."""
 
@@ -156,6 +219,7 @@ class RunConfig:
         metadata=_flag("--resume", "continue from the newest valid checkpoint of this job"),
     )
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    batch: BatchConfig = field(default_factory=BatchConfig)
 
     def __post_init__(self) -> None:
         _at_least(self.steps, 1, "--steps")
@@ -174,6 +238,7 @@ class RunConfig:
         raw = json.loads(text)
         raw["checkpoint"] = CheckpointConfig(**raw["checkpoint"])
         raw["emulation"] = EmulationConfig(**raw["emulation"])
+        raw["batch"] = BatchConfig(**raw.get("batch", {}))
         return cls(**raw)
 
     def to_env(self) -> dict[str, str]:

@@ -12,7 +12,7 @@ import inspect
 import pathlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.errors import UserError
@@ -31,6 +31,10 @@ class Job:
     collate_fn: Callable[[list], Any] | None = None  # default: torch's default_collate
     shuffle: bool = True
     workload: str | None = None  # catalog workload whose measured speeds emulated devices use
+    # adaptive global batch: a policy name (see shoal.control.batch_policy) and its parameters
+    # (bounds as "LOW:HIGH", every, lr_scaling, or the policy's own); --batch-* flags override
+    batch_policy: str | None = None
+    batch_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         b, B = self.micro_batch_size, self.global_batch_size

@@ -128,6 +128,11 @@ class StepLine:
     redone: int | None = None  # exact-mode recomputations of the step (a bound overflowed)
     generation: int | None = None
     workers: tuple[WorkerShare, ...] = ()
+    # adaptive batch (None when not measured): the smoothed gradient noise scale (samples),
+    # the cosine between the step's two halves, the learning-rate factor applied to the step
+    noise_scale: float | None = None
+    similarity: float | None = None
+    lr_factor: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"kind": "step", **_drop_none(self)}
@@ -152,6 +157,9 @@ class StepLine:
                 WorkerShare.from_json(w, f"{where}: workers[{i}]")
                 for i, w in enumerate(raw_workers)
             ),
+            noise_scale=f.float_("noise_scale"),
+            similarity=f.float_("similarity"),
+            lr_factor=f.float_("lr_factor"),
         )
 
 

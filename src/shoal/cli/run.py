@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from shoal.cli.flags import add_flags, from_args
 from shoal.config import EmulationConfig, LaunchConfig, RunConfig
@@ -40,13 +41,17 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     out = args.resume or args.out
     if not out:
         raise UserError("the following arguments are required: --out (or --resume DIR)")
-    return from_args(
+    config = from_args(
         RunConfig,
         args,
         out=out,
         resume=args.resume is not None,
         emulation=EmulationConfig.from_environ(),
     )
+    if config.batch.reference is None:  # the policy's throughput model: these workers' priors
+        batch = dataclasses.replace(config.batch, reference=args.workers)
+        config = dataclasses.replace(config, batch=batch)
+    return config
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ from shoal.launcher.events import Event
 from shoal.metrics import METRICS_FILE, RESULT_FILE
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
+from shoal.runtime.batching import check_batch
 from shoal.runtime.outputs import prepare_out_dir
 
 
@@ -63,6 +64,7 @@ def check_run(spec: RunSpec) -> Speeds:
     if not spec.kinds:
         raise UserError("--workers names no worker")
     job = load_job(config)
+    check_batch(config.batch, job, config.consistency)
     if config.max_micro_batches is not None:  # the planner's own check, before any worker starts
         try:
             caps = [config.max_micro_batches] * len(spec.kinds)

@@ -24,6 +24,14 @@ FIGURES: dict[str, tuple[str, str]] = {
         "Training loss at each completed step. Dashed lines mark joins, leaves and failures; "
         "in exact mode the curve does not depend on them.",
     ),
+    "batch": (
+        "Adaptive batch",
+        "Beside the loss: the global batch the policy chose for each step, the smoothed "
+        "gradient noise scale (in samples), the cosine between the exact sums of the step's "
+        "two halves of micro-batches (points: measured on decision steps only) and the "
+        "learning-rate factor applied to the step. Computed from exact sums, so the same on "
+        "any workers.",
+    ),
     "throughput": (
         "Throughput",
         "Samples per second against wall time. The line breaks at each membership change: a "

@@ -1,4 +1,5 @@
-"""The report's four PNG plots, drawn with matplotlib's object API on the Agg renderer.
+"""The report's PNG plots (a fifth for a run with an adaptive batch), drawn with matplotlib's
+object API on the Agg renderer.
 
 Figures are built as `matplotlib.figure.Figure` objects, never through `pyplot`, so rendering a
 report changes no process-wide state (backend, open figures) and works without a display.
@@ -123,6 +124,46 @@ def plot_loss(run: Run, path: Path) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper right", fontsize="small")
     ax.set_title("Loss")
+    fig.savefig(path, format="png")
+
+
+def adaptive(run: Run) -> bool:
+    """Whether the run logged adaptive-batch fields (a fixed batch logs none)."""
+    return any(s.lr_factor is not None or s.noise_scale is not None for s in run.steps)
+
+
+# (field of StepLine, axis label, draw as points: measured on some steps only)
+BATCH_PANELS = (
+    ("loss", "loss", False),
+    ("global_batch_size", "global batch\n(samples)", False),
+    ("noise_scale", "noise scale\n(samples)", False),
+    ("similarity", "similarity\n(cosine)", True),
+    ("lr_factor", "LR factor", False),
+)
+
+
+def plot_batch(run: Run, path: Path) -> None:
+    """Loss, global batch, noise scale, halves' similarity and LR factor against step, one
+    panel each on a shared step axis, so a batch change lines up with what caused it."""
+    fig = _figure(1.6 * len(BATCH_PANELS))
+    axes = fig.subplots(len(BATCH_PANELS), 1, sharex=True)
+    for ax, (name, label, as_points) in zip(axes, BATCH_PANELS, strict=True):
+        points = [(s.step, getattr(s, name)) for s in run.steps if getattr(s, name) is not None]
+        if not points:
+            _no_data(ax, f"no {name.replace('_', ' ')} logged")
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        if as_points:
+            ax.plot(xs, ys, "o", color="#3366cc", markersize=4)
+        else:
+            drawstyle = "steps-post" if name == "global_batch_size" else "default"
+            ax.plot(xs, ys, color="#333", linewidth=1.5, drawstyle=drawstyle)
+        _event_lines(ax, _changes_by_step(run))
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("step")
+    _integer_steps(axes[-1])
+    axes[0].set_title("Adaptive batch")
     fig.savefig(path, format="png")
 
 
@@ -276,10 +317,11 @@ def plot_timeline(timeline: Timeline, path: Path) -> None:
 def render_plots(run: Run, timeline: Timeline, directory: Path) -> dict[str, Path]:
     """Write all plots into `directory` (created if needed); return name -> PNG path."""
     directory.mkdir(parents=True, exist_ok=True)
-    paths = {
-        name: directory / f"{name}.png" for name in ("loss", "throughput", "share", "timeline")
-    }
+    names = ["loss", "throughput", "share", "timeline"] + (["batch"] if adaptive(run) else [])
+    paths = {name: directory / f"{name}.png" for name in names}
     plot_loss(run, paths["loss"])
+    if "batch" in paths:
+        plot_batch(run, paths["batch"])
     plot_throughput(run, timeline, paths["throughput"])
     plot_share(run, paths["share"])
     plot_timeline(timeline, paths["timeline"])

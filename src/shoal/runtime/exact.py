@@ -21,6 +21,10 @@ recomputed in a *probe* pass that only records each tensor's largest magnitude, 
 all-reduce sets E_k from the exact global maximum, and a last pass sums. The first step, with
 no prediction, starts with the probe. Every outcome depends only on the gradients, never on the
 layout, and a quantizing pass costs one range check per micro-batch, not one per tensor.
+
+For adaptive batch sizes (gradient similarity) a pass may also sum, on the same grid, the
+integers of the first half of the step's micro-batches (j < M//2) into a second accumulator:
+the halves' sums are then exact too, and so is their cosine (`halves_cosine`).
 """
 
 from __future__ import annotations
@@ -71,11 +75,16 @@ class FixedPointAccumulator:
         self._grid_for: tuple | None = None
 
     # -- one pass over this worker's micro-batches -------------------------------------------
-    def begin(self, num_micro_batches: int, acc: torch.Tensor) -> None:
-        """Start a pass; `acc` (int64, numel) receives this worker's integer sum."""
+    def begin(
+        self, num_micro_batches: int, acc: torch.Tensor, half: torch.Tensor | None = None
+    ) -> None:
+        """Start a pass; `acc` (int64, numel) receives this worker's integer sum, and `half`
+        (if given) that of its micro-batches in the step's first half."""
         self.num_micro_batches = num_micro_batches
-        self.acc = acc
+        self.acc, self.half_acc = acc, half
         self.acc.zero_()
+        if half is not None:
+            half.zero_()
         self.flat_grad.zero_()
         self.overflow, self._summing = False, False
         # every worker takes the same branch: the bounds and the flag are the same everywhere
@@ -86,8 +95,9 @@ class FixedPointAccumulator:
         else:
             self._make_grid()
 
-    def add(self) -> None:
-        """Fold the gradient now in the parameters' .grad into this pass, then zero it."""
+    def add(self, in_half: bool = False) -> None:
+        """Fold the gradient now in the parameters' .grad into this pass, then zero it;
+        `in_half`: the micro-batch belongs to the step's first half (see `begin`)."""
         g = self.flat_grad
         if self.probing:  # only the largest magnitude of each tensor
             tensor_max = torch.zeros_like(self.local_max).scatter_reduce_(
@@ -105,6 +115,8 @@ class FixedPointAccumulator:
                 self.acc += self._ints.copy_(q)
             else:  # the pass's first micro-batch: its integers are the sum so far
                 self.acc.copy_(q)
+            if in_half and self.half_acc is not None:
+                self.half_acc += self._ints.copy_(q)
             self._summing = True
         g.zero_()
 
@@ -149,6 +161,21 @@ class FixedPointAccumulator:
             bounds.append(b if not m > 0 or b - SLACK_BITS <= e <= b else e)
         self.bound_exp = self._as_tensor(bounds)
 
+    def mean_sqnorm(self) -> float:
+        """|g|^2 of the step's exact mean gradient (float64, before rounding to float32); the
+        same bits on every worker, as the integer sum is."""
+        return float(torch.dot(self._mean, self._mean))
+
+    def halves_cosine(self, summed: torch.Tensor, half: torch.Tensor) -> float | None:
+        """The cosine between the exact sums of the step's two halves (j < M//2 and the rest),
+        from the summed integers (None if a half is zero or not finite)."""
+        first = half.to(torch.float64).mul_(self.unit)
+        second = (summed - half).to(torch.float64).mul_(self.unit)
+        norms = float(torch.dot(first, first)) * float(torch.dot(second, second))
+        if not (norms > 0 and math.isfinite(norms)):
+            return None
+        return float(torch.dot(first, second)) / math.sqrt(norms)
+
     def rebound(self, global_max: torch.Tensor) -> None:
         """Adopt exact bounds after a probe (global_max: per-tensor MAX over workers)."""
         self.nonfinite = ~torch.isfinite(global_max)
@@ -184,7 +211,8 @@ class FixedPointAccumulator:
     def _make_grid(self) -> None:
         p = precision_bits(self.num_micro_batches)
         exps = self.bound_exp.clamp(min=p - _MAX_SCALE_EXP, max=p - _MIN_SCALE_EXP).tolist()
-        key = (p, exps, self.nonfinite.tolist())
+        # M too, not only P: the unit divides by M, and M = 5..8 share one P
+        key = (self.num_micro_batches, p, exps, self.nonfinite.tolist())
         if key == self._grid_for:
             return
         offset = 0

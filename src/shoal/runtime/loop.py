@@ -179,6 +179,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         pacer=Pacer(config.emulation.slowdown, config.emulation.host_s),
         replan_every=config.replan_every,
         max_micro_batches=config.max_micro_batches,
+        batch=config.batch,
     )
     fingerprint = outputs.job_fingerprint(
         config.job, options, job, config.consistency, trainer.model

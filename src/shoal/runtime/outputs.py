@@ -118,6 +118,9 @@ class StepLog:
             workers=tuple(
                 WorkerShare(g.ids[r], r, g.kinds[r], n, t) for r, (n, t) in enumerate(shares)
             ),
+            noise_scale=rec.batch.noise_scale,
+            similarity=rec.batch.similarity,
+            lr_factor=rec.batch.lr_factor,
         )
         append_line(self.path, line)
 

@@ -9,7 +9,11 @@ Everything a step must share is packed into one int64 tensor and summed:
 - each micro-batch's loss (float64 bits, in slot j), each worker's seconds per micro-batch
   at its kind's speed and at the host's (float64 bits, in slot rank), membership flags (who
   leaves after this step, whether the group must regroup) and the overflow flag of the exact
-  sum.
+  sum;
+- with adaptive batch sizes (exact mode), each micro-batch's squared gradient norm |g_j|^2
+  (float64 bits, in slot j, written by the worker that computed j, so the same bits on any
+  layout) and, on the steps the policy measures similarity, the exact integer sum of the first
+  half of the micro-batches (j < M//2) on the gradient's grid, appended to the message.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
 `StepScalars` lays out its scalar part by name. `StepReducer.start` sends the message and
 returns a `PendingStep`; the trainer does the work that does not need the step's result, then
@@ -50,7 +54,7 @@ class StepScalars:
     the regroup request and the exact sum's overflow. Each worker writes only its own slots
     and zeros elsewhere, so the sum holds everyone's; float64 values travel as their bits."""
 
-    def __init__(self, num_micro_batches: int, world_size: int):
+    def __init__(self, num_micro_batches: int, world_size: int, measure: bool = False):
         M, W = num_micro_batches, world_size
         self.losses = slice(0, M)
         self.seconds = slice(M, M + W)
@@ -58,6 +62,9 @@ class StepScalars:
         self.leaving = slice(M + 2 * W, M + 3 * W)
         self.regroup, self.overflow = M + 3 * W, M + 3 * W + 1
         self.size = M + 3 * W + 2
+        # per micro-batch |g_j|^2 only when measured: the message is otherwise unchanged
+        self.sqnorms = slice(self.size, self.size + M) if measure else None
+        self.size += M if measure else 0
         self.world_size = world_size
 
     def pack(
@@ -68,11 +75,14 @@ class StepScalars:
         leaving: bool,
         regroup: bool,
         overflow: bool,
+        sqnorms: dict[int, float] | None = None,
     ) -> np.ndarray:
         mine = np.zeros(self.size, dtype=np.int64)
         floats = mine.view(np.float64)
         for j, loss in losses.items():
             floats[self.losses.start + j] = loss
+        for j, sqnorm in (sqnorms or {}).items():
+            floats[self.sqnorms.start + j] = sqnorm
         if timing is not None:
             floats[self.seconds.start + rank], floats[self.host_seconds.start + rank] = timing
         mine[self.leaving.start + rank] = leaving
@@ -94,6 +104,7 @@ class StepScalars:
             host_seconds_per_micro_batch=seconds(self.host_seconds),
             leaving=[r for r in range(self.world_size) if summed[self.leaving][r] > 0],
             regroup=bool(summed[self.regroup] > 0),  # anyone's request, not just this worker's
+            sqnorms=floats[self.sqnorms].tolist() if self.sqnorms else None,
         )
 
 
@@ -104,6 +115,9 @@ class StepOutcome:
     host_seconds_per_micro_batch: list[float | None]  # the same, before emulation's padding
     leaving: list[int]  # ranks that leave the group after this step
     regroup: bool  # the group must re-form after this step (someone joins)
+    sqnorms: list[float] | None = None  # |g_j|^2 per micro-batch (measured steps only)
+    mean_sqnorm: float | None = None  # |g|^2 of the exact mean gradient (measured steps)
+    similarity: float | None = None  # cosine of the two halves' exact sums (when asked)
 
 
 class PendingStep:
@@ -123,7 +137,14 @@ class PendingStep:
 class StepReducer:
     """Accumulates this worker's micro-batches and reduces a step across the group."""
 
-    def __init__(self, model: torch.nn.Module, consistency: str, rank: int, world_size: int):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        consistency: str,
+        rank: int,
+        world_size: int,
+        measure: bool = False,
+    ):
         if consistency not in ("exact", "fast"):
             raise ValueError(f"consistency must be 'exact' or 'fast', got {consistency!r}")
         self.consistency, self.rank, self.world_size = consistency, rank, world_size
@@ -134,27 +155,39 @@ class StepReducer:
         if self.fixed is None:  # fast: a flat float gradient, summed by autograd then all-reduced
             self.flat_grad = flat_gradients(self.params)
         self.num_buffer_bits = sum(b.numel() for b in self.buffers)
+        # gradient statistics for adaptive batch sizes: exact mode only (fast mode's autograd
+        # sums the micro-batches' gradients before anyone could measure one)
+        self.measure = measure and self.fixed is not None
         self._num_micro_batches = -1
 
-    def begin(self, num_micro_batches: int) -> None:
+    def begin(self, num_micro_batches: int, similarity: bool = False) -> None:
+        """Start a pass of `num_micro_batches`; `similarity`: also sum the first half apart."""
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
-            self.scalars = StepScalars(num_micro_batches, self.world_size)
-            extra = self.num_buffer_bits + self.scalars.size
-            self.buf = torch.zeros(grad_ints + extra, dtype=torch.int64, device=self.device)
-            self.extra = self.buf[grad_ints:]
+            self.scalars = StepScalars(num_micro_batches, self.world_size, self.measure)
+            self.base = grad_ints + self.num_buffer_bits + self.scalars.size
+            # the half-sum goes last, so a step without it sends the prefix buf[:base]
+            halves = grad_ints if self.measure else 0
+            self.buf = torch.zeros(self.base + halves, dtype=torch.int64, device=self.device)
+            self.extra = self.buf[grad_ints : self.base]
         self.extra.zero_()  # the gradient's part is the accumulator's to reset
         self.losses: dict[int, float] = {}
+        self.sqnorms: dict[int, torch.Tensor] = {}
+        self.similarity = similarity and self.measure and num_micro_batches >= 2
         if self.fixed:
-            self.fixed.begin(num_micro_batches, self.buf[: self.fixed.numel])
+            half = self.buf[self.base :] if self.similarity else None
+            self.fixed.begin(num_micro_batches, self.buf[: self.fixed.numel], half)
         else:
             self.flat_grad.zero_()
 
     def add(self, micro_batch: int, loss: float) -> None:
         """Fold the micro-batch just back-propagated into this worker's partial sum."""
         if self.fixed:
-            self.fixed.add()
+            if self.measure:  # kept on the device: read once, when the message is packed
+                g = self.fixed.flat_grad
+                self.sqnorms[micro_batch] = torch.dot(g, g)
+            self.fixed.add(micro_batch < self._num_micro_batches // 2)
         self.losses[micro_batch] = loss
         if micro_batch == 0 and self.buffers:
             self.extra[: self.num_buffer_bits] = torch.cat([bits_of(b) for b in self.buffers])
@@ -176,14 +209,16 @@ class StepReducer:
             leaving,
             regroup,
             bool(self.fixed and self.fixed.overflow),
+            self._sqnorms(),
         )
         self.extra[self.num_buffer_bits :].copy_(torch.from_numpy(mine))
+        message = self.buf if self.similarity else self.buf[: self.base]
         in_flight = []
         if self.world_size > 1:
             with peer_failures():
                 if self.fixed is None:
                     in_flight.append(dist.all_reduce(self.flat_grad, async_op=True))
-                in_flight.append(dist.all_reduce(self.buf, async_op=True))
+                in_flight.append(dist.all_reduce(message, async_op=True))
         return PendingStep(self, in_flight)
 
     def finish(self) -> StepOutcome | None:
@@ -198,7 +233,20 @@ class StepReducer:
         else:
             self.flat_grad /= self._num_micro_batches
         self._write_buffers(extra[:nb])
-        return self.scalars.outcome(summed)
+        outcome = self.scalars.outcome(summed)
+        if self.measure:
+            outcome.mean_sqnorm = self.fixed.mean_sqnorm()
+        if self.similarity:
+            total, half = self.buf[: self.fixed.numel], self.buf[self.base :]
+            outcome.similarity = self.fixed.halves_cosine(total, half)
+        return outcome
+
+    def _sqnorms(self) -> dict[int, float] | None:
+        """This worker's |g_j|^2, float64, read from the device in one transfer."""
+        if not self.measure or not self.sqnorms:
+            return None
+        values = torch.stack(list(self.sqnorms.values())).to(torch.float64).tolist()
+        return dict(zip(self.sqnorms, values, strict=True))
 
     def _write_buffers(self, bits: torch.Tensor) -> None:
         offset = 0

@@ -50,6 +50,9 @@ def training_state(trainer: Any) -> dict:
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
         "reducer": trainer.reducer.state_dict(),
+        # adaptive batch: the next step's M and the policy's state (JSON-safe values)
+        "num_micro_batches": trainer.rebalancer.num_micro_batches,
+        "batch": trainer.batch.state_dict(),
     }
 
 
@@ -61,3 +64,8 @@ def load_training_state(trainer: Any, state: dict) -> None:
     trainer.reducer.load_state_dict(state["reducer"])
     trainer.step = int(state["step"])
     trainer.samples_seen = int(state["samples_seen"])
+    if state.get("batch") is not None:  # older states have none: a fixed batch
+        trainer.batch.load_state_dict(state["batch"])
+    num_micro_batches = state.get("num_micro_batches")
+    if num_micro_batches and num_micro_batches != trainer.rebalancer.num_micro_batches:
+        trainer.rebalancer.resize(int(num_micro_batches))

@@ -17,6 +17,12 @@ The step reads top to bottom in `Trainer.train_step`; a step whose exact sum is 
 yet is computed again (exact.py decides when). Measured speeds are kept per worker id for
 the trainer's life (one `Rebalancer`), so a regroup keeps what the workers that stay have
 measured.
+
+With an adaptive batch policy (`batching.py`) the step's message also carries the gradient
+statistics the policy reads; after the step every worker feeds them to the policy, which may
+choose a new M for the next step (`Rebalancer.resize`): the data stream simply continues from
+`samples_seen`, so no sample is skipped or read twice. The policy's learning-rate factor is
+applied around `optimizer.step()` only, so the user's scheduler never sees it.
 """
 
 from __future__ import annotations
@@ -30,9 +36,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from shoal.config import BatchConfig
 from shoal.control import Rebalancer
+from shoal.control.gradstats import StepStats
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
+from shoal.runtime.batching import AdaptiveBatch, BatchRecord
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
@@ -90,6 +99,7 @@ class StepRecord:
     redone: int  # exact-mode recomputations of this step (bound overflow)
     leaving: list[int]  # ranks leaving after this step
     regroup: bool  # the group re-forms after this step
+    batch: BatchRecord = BatchRecord()  # noise scale, similarity, LR factor (adaptive batch)
 
 
 class Trainer:
@@ -102,6 +112,7 @@ class Trainer:
         pacer: Pacer | None = None,
         replan_every: int = 5,
         max_micro_batches: int | None = None,
+        batch: BatchConfig | None = None,
     ):
         self.job, self.device = job, torch.device(device)
         self.pacer = pacer or Pacer()
@@ -113,6 +124,9 @@ class Trainer:
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         # one for the trainer's life: measured speeds are kept by worker id across regroups
         self.rebalancer = Rebalancer(job.num_micro_batches, replan_every)
+        self.batch = AdaptiveBatch(
+            batch or BatchConfig(), job, consistency, self.rebalancer.throughput_model
+        )
         self.reducer: StepReducer | None = None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.read_samples = batch_reader(job.dataset, job.collate_fn)
@@ -126,7 +140,9 @@ class Trainer:
         """Train with a new group: new rank and world size; the training state is kept."""
         state = self.reducer.state_dict() if self.reducer else None
         self.rank, self.world_size = group.rank, group.world_size
-        self.reducer = StepReducer(self.model, self.consistency, self.rank, self.world_size)
+        self.reducer = StepReducer(
+            self.model, self.consistency, self.rank, self.world_size, self.batch.measuring
+        )
         if state is not None:
             self.reducer.load_state_dict(state)
         self._joined = group  # planned at the group's first step (a cap needs the real group)
@@ -135,6 +151,11 @@ class Trainer:
         if self._joined is not None:
             group, self._joined = self._joined, None
             caps = [self.max_micro_batches] * group.world_size
+            cap = self._cap()
+            if self.batch.measuring and cap is not None and self.rebalancer.num_micro_batches > cap:
+                # an adaptive batch grown to fit a larger group: capped to what this one holds
+                # (a fixed batch is the job's math, so it is never shrunk: the planner refuses)
+                self.rebalancer.resize(cap)
             self.rebalancer.regroup(group.ids, group.priors, caps)
         return self.rebalancer.plan
 
@@ -144,11 +165,12 @@ class Trainer:
         its device time, before it joins), wait, update, record."""
         start, plan = time.perf_counter(), self._plan()
         mine, redone = plan.indices(self.rank), 0
+        similarity = self.batch.wants_similarity(self.step)
         bounds = self.reducer.state_dict()
         following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
         try:
             while True:
-                times = self._compute(mine, plan.num_micro_batches)
+                times = self._compute(mine, plan.num_micro_batches, similarity)
                 busy_s = self._emulate(len(mine), sum(times), mine, following)
                 if self.reducer.agree_bounds():  # a probe pass: bounds agreed, sum now
                     redone += 1
@@ -164,10 +186,33 @@ class Trainer:
         except PeerFailure:
             self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
             raise
-        self.optimizer.step()
+        factor = self._optimizer_step(plan.num_micro_batches * self.job.micro_batch_size)
+        return self._record(plan, outcome, redone, time.perf_counter() - start, factor)
+
+    def _cap(self) -> int | None:
+        """The most micro-batches the current group can hold per step (None: no cap)."""
+        if self.max_micro_batches is None:
+            return None
+        return self.max_micro_batches * self.world_size
+
+    def _optimizer_step(self, batch: int) -> float:
+        """The optimizer's step at the policy's learning-rate factor for this step's batch;
+        the groups' own rates are put back after it, so the scheduler sees only its own."""
+        factor = self.batch.lr_factor(batch, self._cap())
+        if factor == 1.0:
+            self.optimizer.step()
+        else:
+            rates = [group["lr"] for group in self.optimizer.param_groups]
+            for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
+                group["lr"] = lr * factor
+            try:
+                self.optimizer.step()
+            finally:
+                for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
+                    group["lr"] = lr
         if self.scheduler:
             self.scheduler.step()
-        return self._record(plan, outcome, redone, time.perf_counter() - start)
+        return factor
 
     def _emulate(self, n: int, compute_s: float, mine: range, following: int) -> float:
         """An emulated slower kind reads ahead inside its device time, then waits out the
@@ -183,7 +228,9 @@ class Trainer:
         for j in mine:  # the next step's share, if the plan stays as it is
             self._micro_batch(self.step + 1, following, j)
 
-    def _record(self, plan: Plan, outcome: StepOutcome, redone: int, step_s: float) -> StepRecord:
+    def _record(
+        self, plan: Plan, outcome: StepOutcome, redone: int, step_s: float, factor: float
+    ) -> StepRecord:
         record = StepRecord(
             step=self.step,
             loss=sum(outcome.losses) / len(outcome.losses),
@@ -196,6 +243,7 @@ class Trainer:
             regroup=outcome.regroup,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
+        record.batch = self._adapt(plan, outcome, record.loss, factor)
         # the host's speed is that of its fastest worker: an emulated kind paces against it
         host = [t for t in outcome.host_seconds_per_micro_batch if t is not None]
         if host:
@@ -205,10 +253,34 @@ class Trainer:
         self._read = {key: v for key, v in self._read.items() if key[0] >= self.step}
         return record
 
-    def _compute(self, micro_batches: range, num_micro_batches: int) -> list[float]:
+    def _adapt(self, plan: Plan, outcome: StepOutcome, loss: float, factor: float) -> BatchRecord:
+        """Feed the step's exact statistics to the batch policy (on every worker: the same
+        inputs, so the same decision); a new batch re-plans the next step with its M."""
+        if not self.batch.measuring:
+            return BatchRecord()
+        b, M = self.job.micro_batch_size, plan.num_micro_batches
+        stats = StepStats(
+            step=self.step,
+            micro_batch_size=b,
+            num_micro_batches=M,
+            sqnorms=tuple(outcome.sqnorms),
+            mean_sqnorm=outcome.mean_sqnorm,
+            similarity=outcome.similarity,
+            loss=loss,
+        )
+        batch = self.batch.decide(stats, self._cap())
+        if batch % b or batch < b:
+            raise RuntimeError(f"batch policy chose {batch}, not a positive multiple of {b}")
+        if batch != M * b:
+            self.rebalancer.resize(batch // b)
+        return BatchRecord(self.batch.noise.noise_scale, outcome.similarity, factor)
+
+    def _compute(
+        self, micro_batches: range, num_micro_batches: int, similarity: bool = False
+    ) -> list[float]:
         """Forward/backward of this worker's micro-batches, back to back; returns the seconds
-        each took."""
-        self.reducer.begin(num_micro_batches)
+        each took. `similarity`: the step also sums its first half apart (adaptive batch)."""
+        self.reducer.begin(num_micro_batches, similarity)
         initial = [b.clone() for b in self.model.buffers()]
         seconds = []
         for j in micro_batches:

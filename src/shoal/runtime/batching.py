@@ -1,0 +1,144 @@
+"""The live side of adaptive global batch sizes: the job's policy, fed each step's statistics.
+
+The policy (`shoal.control.batch_policy`, pure) is built once per worker from the run's
+`BatchConfig` and the job (`policy_for`; the launcher builds it too, so bad input fails before
+any worker starts). After every step each worker hands it the step's exact statistics
+(`StepStats`: per-micro-batch |g_j|^2, |g|^2 of the exact mean, the halves' similarity on the
+steps it asks for) and a `BatchContext` whose throughput model comes from the priors of a fixed
+reference placement, never from measured speeds or the current group: every input is the same
+bits on every layout, so every worker decides the same next batch at the same step with no
+extra message. The decision's state (the policy's, and the noise scale logged in the metrics)
+is part of the training state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shoal.config import BatchConfig
+from shoal.control.batch_policy import (
+    BatchContext,
+    BatchPolicy,
+    make_policy,
+    needs_similarity,
+    parse_bounds,
+)
+from shoal.control.gradstats import NoiseScale, StepStats
+from shoal.errors import UserError
+from shoal.job import Job, parse_options
+from shoal.perf.devices import load_devices
+
+_NAMED = ("bounds", "every", "lr_scaling")  # Job.batch_options keys that are make_policy's own
+
+
+def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> BatchPolicy:
+    """The run's batch policy: the --batch-* flags over the job's `batch_policy` and
+    `batch_options`. UserError (one line) on bad input."""
+    params = dict(job.batch_options)
+    named = {k: params.pop(k) for k in _NAMED if k in params}
+    params.update(parse_options(list(config.options)))
+    name = config.policy or job.batch_policy or "fixed"
+    policy = make_policy(
+        name,
+        micro_batch_size=job.micro_batch_size,
+        bounds=given_bounds(config, job),
+        every=config.every or named.get("every", 100),
+        lr_scaling=config.lr_scaling or named.get("lr_scaling", "none"),
+        **params,
+    )
+    if name != "fixed" and consistency != "exact":
+        # its statistics are per micro-batch; fast mode's autograd sums them before anyone sees one
+        raise UserError(f"--batch-policy {name} needs --consistency exact")
+    return policy
+
+
+def check_batch(config: BatchConfig, job: Job, consistency: str) -> None:
+    """What a worker would trip on, for the launcher to refuse before any worker starts."""
+    policy = policy_for(config, job, consistency)
+    if policy.name != "fixed":
+        reference_priors(config.reference, job)  # unknown kinds
+
+
+def given_bounds(config: BatchConfig, job: Job) -> tuple[int, int] | None:
+    """--batch-bounds, else the job's `batch_options["bounds"]` ("LOW:HIGH" or a pair)."""
+    bounds = config.bounds or job.batch_options.get("bounds")
+    if isinstance(bounds, str):
+        return parse_bounds(bounds)
+    return tuple(bounds) if bounds else None
+
+
+def default_bounds(job: Job) -> tuple[int, int]:
+    """One micro-batch up to the larger of an epoch and the job's batch (multiples of b)."""
+    b = job.micro_batch_size
+    return b, max(len(job.dataset) // b * b, job.global_batch_size)
+
+
+def reference_priors(reference: str | None, job: Job) -> list[float]:
+    """Prior seconds per micro-batch of the reference placement's workers (relative units: the
+    device table's speed for the job's workload); one worker of unit speed when none is named."""
+    if not reference:
+        return [1.0]
+    devices = load_devices()
+    kinds = devices.parse_workers(reference)
+    return [1.0 / devices.workload_speed(devices.kind(k).name, job.workload) for k in kinds]
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """What a step's decision adds to its metrics line."""
+
+    noise_scale: float | None = None
+    similarity: float | None = None
+    lr_factor: float | None = None
+
+
+class AdaptiveBatch:
+    """One worker's batch controller: measures when the policy needs it, decides after each
+    step, and scales the learning rate for the step's batch."""
+
+    def __init__(
+        self,
+        config: BatchConfig,
+        job: Job,
+        consistency: str,
+        throughput_model: Callable[[int, list[float]], Callable[[int], float]],
+    ):
+        self.policy = policy_for(config, job, consistency)
+        self.job = job
+        self.measuring = self.policy.name != "fixed"
+        self.noise = NoiseScale()  # for the metrics, whatever the policy estimates itself
+        self.bounds = given_bounds(config, job) or default_bounds(job)
+        self.throughput = None  # a fixed batch needs no model (nor the device table)
+        if self.measuring:
+            priors = reference_priors(config.reference, job)
+            self.throughput = throughput_model(job.micro_batch_size, priors)
+
+    def context(self, cap_micro_batches: int | None) -> BatchContext:
+        return BatchContext(
+            micro_batch_size=self.job.micro_batch_size,
+            bounds=self.bounds,
+            cap_micro_batches=cap_micro_batches,
+            throughput=self.throughput,
+            initial_batch=self.job.global_batch_size,
+        )
+
+    def wants_similarity(self, step: int) -> bool:
+        return self.measuring and needs_similarity(self.policy, step)
+
+    def lr_factor(self, batch: int, cap_micro_batches: int | None) -> float:
+        if not self.measuring:
+            return 1.0  # fixed: the user's learning rate, untouched
+        return float(self.policy.lr_factor(batch, self.context(cap_micro_batches)))
+
+    def decide(self, stats: StepStats, cap_micro_batches: int | None) -> int:
+        """The next step's global batch in samples."""
+        self.noise.update(stats)
+        return int(self.policy.decide(stats, self.context(cap_micro_batches)))
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "noise": self.noise.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.noise.load_state_dict(state["noise"])
