@@ -31,7 +31,10 @@ def _at_least(value: float | None, low: float, flag: str) -> None:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """Durable checkpoints: their cadence (by steps and by seconds) and where they go."""
+    """Durable checkpoints: their cadence (by steps and by seconds) and where they go.
+
+    By default one is written every 10 minutes (and on Ctrl-C, SIGTERM and when the last
+    worker leaves), so that losing every worker costs minutes of training, not the run."""
 
     every: int = field(
         default=0,
@@ -42,10 +45,10 @@ class CheckpointConfig:
         ),
     )
     seconds: float = field(
-        default=0.0,
+        default=600.0,
         metadata=_flag(
             "--checkpoint-seconds",
-            "durable checkpoint cadence in seconds (0: off)",
+            "durable checkpoint cadence in seconds (default 600; 0: off)",
             metavar="SECONDS",
         ),
     )
@@ -148,12 +151,23 @@ class RunConfig:
         metadata=_flag("--resume", "continue from the newest valid checkpoint of this job"),
     )
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
+    on_nonfinite: str = field(
+        default="stop",
+        metadata=_flag(
+            "--on-nonfinite",
+            "a NaN or infinite loss or gradient: stop the run there (keeping the last finite "
+            "state), or skip the step's update as AMP's grad scaler does",
+            choices=("stop", "skip"),
+        ),
+    )
 
     def __post_init__(self) -> None:
         _at_least(self.steps, 1, "--steps")
         _at_least(self.threads, 1, "--threads")
         _at_least(self.replan_every, 1, "--replan-every")
         _at_least(self.max_micro_batches, 1, "--max-micro-batches")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise UserError(f"--on-nonfinite must be stop or skip, got {self.on_nonfinite!r}")
         object.__setattr__(self, "options", tuple(self.options))
 
     def to_json(self) -> str:

@@ -13,7 +13,6 @@ publishes each new generation of the group when its membership changes (see
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import socket
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from shoal.config import RunConfig
 from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
-from shoal.metrics import METRICS_FILE, RESULT_FILE
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.outputs import prepare_out_dir
@@ -88,14 +86,9 @@ def check_run(spec: RunSpec) -> Speeds:
 
 
 def run_local(spec: RunSpec, show_progress: bool = True) -> dict:
+    from shoal.launcher.rundir import run_in_directory
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
-    out = pathlib.Path(spec.config.out)
-    if not spec.config.resume:
-        for stale in (METRICS_FILE, RESULT_FILE):
-            (out / stale).unlink(missing_ok=True)
-    else:
-        (out / RESULT_FILE).unlink(missing_ok=True)
-    Controller(spec, speeds, show_progress).run()
-    return json.loads((out / RESULT_FILE).read_text())
+    # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
+    return run_in_directory(spec.config, lambda: Controller(spec, speeds, show_progress).run())

@@ -50,6 +50,7 @@ def training_state(trainer: Any) -> dict:
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
         "reducer": trainer.reducer.state_dict(),
+        "nonfinite_skipped": trainer.nonfinite_skipped,  # steps skipped (--on-nonfinite skip)
     }
 
 
@@ -61,3 +62,4 @@ def load_training_state(trainer: Any, state: dict) -> None:
     trainer.reducer.load_state_dict(state["reducer"])
     trainer.step = int(state["step"])
     trainer.samples_seen = int(state["samples_seen"])
+    trainer.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))

@@ -33,6 +33,7 @@ import torch
 from shoal.control import Rebalancer
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
+from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
@@ -102,6 +103,7 @@ class Trainer:
         pacer: Pacer | None = None,
         replan_every: int = 5,
         max_micro_batches: int | None = None,
+        on_nonfinite: str = "stop",
     ):
         self.job, self.device = job, torch.device(device)
         self.pacer = pacer or Pacer()
@@ -110,6 +112,7 @@ class Trainer:
         self.optimizer = job.optimizer(self.model.parameters())
         self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
         self.consistency = consistency
+        self.on_nonfinite, self.nonfinite_skipped = on_nonfinite, 0  # see finite.py
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         # one for the trainer's life: measured speeds are kept by worker id across regroups
         self.rebalancer = Rebalancer(job.num_micro_batches, replan_every)
@@ -158,15 +161,19 @@ class Trainer:
                 pending = self.reducer.start(timing, leaving, regroup)
                 self._read_ahead(mine, following)  # done already if an emulated kind waited
                 outcome = pending.wait()
-                if outcome is not None:
+                if outcome is not None or redone >= MAX_PASSES:
                     break
                 redone += 1  # a gradient exceeded its fixed-point bound: probe, then sum again
-        except PeerFailure:
+            skip = check_step(self, outcome and outcome.losses, mine, plan.num_micro_batches)
+        except (PeerFailure, NonFiniteStep):
             self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
             raise
-        self.optimizer.step()
-        if self.scheduler:
-            self.scheduler.step()
+        if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
+            self.reducer.load_state_dict(bounds)
+        else:
+            self.optimizer.step()
+            if self.scheduler:
+                self.scheduler.step()
         return self._record(plan, outcome, redone, time.perf_counter() - start)
 
     def _emulate(self, n: int, compute_s: float, mine: range, following: int) -> float:
