@@ -175,6 +175,10 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str:
     that survivors of partial leaves re-form, and kill what is left after `grace_s`. Returns
     the message for the user."""
     controller.pending.clear()  # no more injected events, no more joins
+    try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:
+        pass
     for w in controller.workers.values():
         if w.proc.poll() is not None:
             continue
