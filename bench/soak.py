@@ -8,9 +8,11 @@ Job: examples/digits.py, micro_batch_size=32, global_batch_size=256 (M=8), on `s
 --workers v100,k80,k80`. A generator seeded by --seed draws the events: each departure (an
 abrupt kill, a revocation without notice, i.e. a SIGKILL of a random member, or a notice with a
 30 s deadline) is followed two steps later by a join of a random kind, so the group keeps about
-three members. At --loss-at (default: 60% of the steps) the launcher itself is SIGKILLed: every
-worker is lost (a total loss); the run is then continued with --resume, with the events still
-to come, from its newest durable checkpoint (--checkpoint-every).
+three members. Steps are paced (SHOAL_EMULATED_HOST_S, --host-s seconds per micro-batch at
+the fastest kind) so that joiners start within a few steps. At --loss-at (default: 60% of the
+steps) the launcher and every worker are SIGKILLed at once (a total loss, as when the host
+goes); the run is then continued with --resume, with the events still to come, from its newest
+durable checkpoint (--checkpoint-every).
 
 Reports (one JSON object, then a table): events scheduled and survived (fail, leave, join
 lines in metrics.jsonl), steps lost per abrupt kill (the `recover` lines' lost_steps, which must
@@ -42,7 +44,7 @@ WORKERS = "v100,k80,k80"
 JOIN_KINDS = ("v100", "k80")
 DEPARTURES = ("kill", "revoke", "notice")  # revoke: a revocation without notice (SIGKILL)
 PHASE_TIMEOUT_S = 1800.0
-ORPHAN_WAIT_S = 60.0  # after the launcher's SIGKILL, then the workers left are killed
+ORPHAN_WAIT_S = 30.0  # for the killed processes to be gone (a check: none should be left)
 sys.path.insert(0, str(ROOT / "src"))  # shoal, for the reference run and the checkpoint reader
 
 
@@ -63,13 +65,15 @@ def schedule(seed: int, steps: int, n_events: int, loss_at: int) -> list[tuple[i
     return events[:n_events] if n_events >= 2 else events
 
 
-def _shoal(out: pathlib.Path, steps: int, events: list, *extra: str) -> subprocess.Popen:
+def _shoal(
+    out: pathlib.Path, steps: int, events: list, host_s: float, *extra: str
+) -> subprocess.Popen:
     opts = [part for k, v in OPTIONS.items() for part in ("-o", f"{k}={v}")]
     cmd = [sys.executable, "-m", "shoal", "run", JOB, "--workers", WORKERS, "--steps",
            str(steps), *opts, *extra]  # fmt: skip
     if events:
         cmd += ["--events", "; ".join(text for _, _, text in events)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "SHOAL_EMULATED_HOST_S": str(host_s)}
     # a session of its own: the launcher and its workers are one process group, waited for whole
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
@@ -111,11 +115,11 @@ def _steps_done(metrics: pathlib.Path) -> int:
 
 
 def _run_until_loss(
-    out: pathlib.Path, steps: int, events: list, loss_at: int, every: int
+    out: pathlib.Path, steps: int, events: list, loss_at: int, every: int, host_s: float
 ) -> tuple[int, tuple[float, int]]:
     """Train until `loss_at` steps are done, then SIGKILL the launcher; the steps done when
     its workers are all gone, and (seconds they took to go, orphans killed after the wait)."""
-    proc = _shoal(out, steps, events, "--out", str(out), "--checkpoint-every", str(every))
+    proc = _shoal(out, steps, events, host_s, "--out", str(out), "--checkpoint-every", str(every))
     deadline = time.monotonic() + PHASE_TIMEOUT_S
     while _steps_done(out / "metrics.jsonl") < loss_at:
         if proc.poll() is not None:
@@ -124,18 +128,24 @@ def _run_until_loss(
             proc.kill()
             raise RuntimeError("no progress before the total loss: the run hangs")
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)  # the launcher only: its workers lose the store and exit
+    # the total loss: the launcher and every worker at once, as when the host goes. (Killing
+    # only the launcher is not one: its workers train on without it; see docs/notes/soak.md.)
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     orphans = _wait_group_gone(proc.pid, ORPHAN_WAIT_S)
     return _steps_done(out / "metrics.jsonl"), orphans
 
 
-def _resume(out: pathlib.Path, steps: int, events: list, every: int) -> tuple[int, dict]:
+def _resume(
+    out: pathlib.Path, steps: int, events: list, every: int, host_s: float
+) -> tuple[int | None, dict]:
     """Continue the run; (the checkpoint step it resumed from, result.json)."""
     from shoal.runtime.checkpoint import latest_checkpoint_step
 
     resumed_from = latest_checkpoint_step(str(out / "checkpoints"))
-    proc = _shoal(out, steps, events, "--resume", str(out), "--checkpoint-every", str(every))
+    proc = _shoal(
+        out, steps, events, host_s, "--resume", str(out), "--checkpoint-every", str(every)
+    )
     try:
         _, err = proc.communicate(timeout=PHASE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -195,11 +205,19 @@ def summarize(out: pathlib.Path, events: list, loss: dict, result: dict, digest:
     }
 
 
-def soak(steps: int, n_events: int, seed: int, every: int, loss_at: int, out: pathlib.Path) -> dict:
+def soak(
+    steps: int,
+    n_events: int,
+    seed: int,
+    every: int,
+    loss_at: int,
+    out: pathlib.Path,
+    host_s: float = 0.02,
+) -> dict:
     events = schedule(seed, steps, n_events, loss_at)
-    done, (orphans_s, orphans_killed) = _run_until_loss(out, steps, events, loss_at, every)
+    done, (orphans_s, orphans_killed) = _run_until_loss(out, steps, events, loss_at, every, host_s)
     later = [e for e in events if e[0] > done]  # those before the loss fired, or never will
-    resumed_from, result = _resume(out, steps, later, every)
+    resumed_from, result = _resume(out, steps, later, every, host_s)
     loss = {
         "at_step": done,
         "resumed_from": resumed_from,
@@ -217,12 +235,15 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--loss-at", type=int, default=None, help="default: 60%% of the steps")
+    p.add_argument("--host-s", type=float, default=0.02, help="paced seconds per micro-batch")
     p.add_argument("--out", default=None, help="run directory (default: a temporary one)")
     args = p.parse_args()
     loss_at = args.loss_at if args.loss_at is not None else int(args.steps * 0.6)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-soak-")) / "run"
     started = time.monotonic()
-    report = soak(args.steps, args.events, args.seed, args.checkpoint_every, loss_at, out)
+    report = soak(
+        args.steps, args.events, args.seed, args.checkpoint_every, loss_at, out, args.host_s
+    )
     report["wall_s"] = time.monotonic() - started
     print(json.dumps(report, indent=2))
     r = report["recovery_time_s"]
