@@ -246,7 +246,9 @@ def main() -> None:
     )
     report["wall_s"] = time.monotonic() - started
     print(json.dumps(report, indent=2))
-    r = report["recovery_time_s"]
+    r = {
+        k: (f"{v:.2f}" if isinstance(v, float) else v) for k, v in report["recovery_time_s"].items()
+    }
     print(
         f"\n| steps | events survived | abrupt failures | steps lost | recovery median / p90 / "
         f"max (s) | total loss: steps lost | digest |\n|---|---|---|---|---|---|---|\n"
