@@ -9,7 +9,9 @@ run will do to the directory's files:
 - a resume whose every checkpoint is unusable is an error (skip warnings on the console),
   never a fresh start;
 - a resume never deletes the previous `result.json` before it succeeds: it is set aside and
-  put back if the run fails, so a failed resume leaves the directory as it found it.
+  put back if the run fails, and a resume that fails before training a step takes back the
+  lines it appended to metrics.jsonl, so it leaves the directory as it found it (the worker
+  logs are the exception: they say why it failed).
 `run_in_directory` is the launcher's one call: lock, decide, run, read the result.
 """
 
@@ -102,20 +104,33 @@ def finished_result(out: pathlib.Path, result_name: str, steps: int) -> dict | N
 
 
 @contextmanager
-def result_kept(out: pathlib.Path, result_name: str):
-    """Around a resumed run: the previous result.json is set aside and put back if the run
-    does not write a new one (a failed resume changes nothing)."""
-    current, aside = out / result_name, out / SET_ASIDE
+def unchanged_if_failed(out: pathlib.Path):
+    """Around a resumed run: the previous result.json is set aside (the controller reads a
+    result.json as "finished") and put back if the run writes none; and if the run fails
+    before logging a step (another job's checkpoint, a bad flag in a worker), the membership
+    lines it appended are cut off again. A failed resume leaves the directory as it was."""
+    current, aside, metrics = out / RESULT_FILE, out / SET_ASIDE, out / METRICS_FILE
     if current.exists():
         os.replace(current, aside)
+    size = metrics.stat().st_size if metrics.exists() else 0
     try:
         yield
+    except BaseException:
+        if metrics.exists() and b'"kind": "step"' not in _tail(metrics, size):
+            os.truncate(metrics, size)
+        raise
     finally:
         if aside.exists():
             if current.exists():
                 aside.unlink()
             else:
                 os.replace(aside, current)
+
+
+def _tail(path: pathlib.Path, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read()
 
 
 def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
@@ -137,7 +152,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
             return done
         step = check_resumable(config.checkpoint.dir or str(out / "checkpoints"))
         sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")
-        with result_kept(out, RESULT_FILE):
+        with unchanged_if_failed(out):
             run()
         return json.loads((out / RESULT_FILE).read_text())
 

@@ -5,12 +5,13 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from shoal.config import RunConfig
-from shoal.errors import UserError
+from shoal.errors import RunFailed, UserError
 from shoal.launcher.rundir import LOCK_FILE, RunLock, resume_hint, run_in_directory
 from shoal.launcher.torchrun import check_fresh_start
 from shoal.runtime.checkpoint import (
@@ -18,6 +19,7 @@ from shoal.runtime.checkpoint import (
     latest_checkpoint_step,
     save_checkpoint,
 )
+from shoal.runtime.outputs import append_line, job_fingerprint
 
 FP = "f" * 64
 
@@ -65,17 +67,45 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
 
 
-def test_failed_resume_puts_the_previous_result_back(tmp_path):
+def test_failed_resume_changes_nothing(tmp_path):
     checkpoint(tmp_path, 10)
     (tmp_path / "result.json").write_text('{"final_step": 10}')
+    metrics = '{"kind": "step", "step": 9}\n'
+    (tmp_path / "metrics.jsonl").write_text(metrics)
 
     def fails():
         assert not (tmp_path / "result.json").exists()  # the controller's "finished" signal
+        append_line(tmp_path / "metrics.jsonl", {"kind": "membership", "event": "fail"})
         raise UserError("checkpoint belongs to a different job")
 
     with pytest.raises(UserError):
         run_in_directory(config(tmp_path, steps=20), fails)
     assert (tmp_path / "result.json").read_text() == '{"final_step": 10}'
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_resume_that_trained_keeps_its_lines_when_it_fails_later(tmp_path):
+    checkpoint(tmp_path, 10)
+
+    def trains_then_fails():
+        append_line(tmp_path / "metrics.jsonl", {"kind": "step", "step": 10})
+        raise RunFailed("every worker is gone at step 11")
+
+    with pytest.raises(RunFailed):
+        run_in_directory(config(tmp_path, steps=20), trains_then_fails)
+    assert '"step": 10' in (tmp_path / "metrics.jsonl").read_text()
+
+
+def test_fingerprint_follows_the_job_files_contents_not_its_name(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    job = SimpleNamespace(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def make_job(): ...\n")
+    b.write_text("def make_job(): ...\n")
+    same = job_fingerprint(str(a), {}, job, "exact", model)
+    assert job_fingerprint(str(b), {}, job, "exact", model) == same  # renamed: the same job
+    b.write_text("def make_job(): return 1\n")
+    assert job_fingerprint(str(b), {}, job, "exact", model) != same  # edited: another job
 
 
 def test_resume_with_every_checkpoint_unusable_is_an_error(tmp_path, capsys):
