@@ -3,6 +3,7 @@ finds nothing usable, or has nothing left to do."""
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -136,3 +137,18 @@ def test_torchrun_refuses_another_runs_checkpoints(tmp_path, monkeypatch):
     check_fresh_start(config(tmp_path, resume=True))
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart continues its own run
     check_fresh_start(config(tmp_path, resume=False))
+
+
+def test_cli_resume_with_only_corrupt_checkpoints_is_one_line_and_exit_2(tmp_path):
+    checkpoint(tmp_path, 5)
+    for pt in (tmp_path / "checkpoints").glob("*.pt"):
+        pt.write_bytes(b"\0" + pt.read_bytes()[1:])  # one flipped byte
+    job = pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py"
+    cmd = [sys.executable, "-m", "shoal", "run", str(job), "--workers", "v100", "--steps", "9",
+           "--resume", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert lines[0].startswith("shoal: warning: skipping checkpoint") and "checksum" in lines[0]
+    assert lines[-1].startswith("shoal: error: --resume: no usable checkpoint") and len(lines) == 2
+    assert not (tmp_path / "logs").exists()  # no worker was started
