@@ -31,7 +31,10 @@ def _at_least(value: float | None, low: float, flag: str) -> None:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """Durable checkpoints: their cadence (by steps and by seconds) and where they go."""
+    """Durable checkpoints: their cadence (by steps and by seconds) and where they go.
+
+    By default one is written every 10 minutes (and on Ctrl-C, SIGTERM and when the last
+    worker leaves), so that losing every worker costs minutes of training, not the run."""
 
     every: int = field(
         default=0,
@@ -42,10 +45,10 @@ class CheckpointConfig:
         ),
     )
     seconds: float = field(
-        default=0.0,
+        default=600.0,
         metadata=_flag(
             "--checkpoint-seconds",
-            "durable checkpoint cadence in seconds (0: off)",
+            "durable checkpoint cadence in seconds (default 600; 0: off)",
             metavar="SECONDS",
         ),
     )
@@ -220,6 +223,15 @@ class RunConfig:
     )
     emulation: EmulationConfig = field(default_factory=EmulationConfig)
     batch: BatchConfig = field(default_factory=BatchConfig)
+    on_nonfinite: str = field(
+        default="stop",
+        metadata=_flag(
+            "--on-nonfinite",
+            "a NaN or infinite loss or gradient: stop the run there (keeping the last finite "
+            "state), or skip the step's update as AMP's grad scaler does",
+            choices=("stop", "skip"),
+        ),
+    )
 
     def __post_init__(self) -> None:
         _at_least(self.steps, 1, "--steps")
@@ -228,6 +240,8 @@ class RunConfig:
         _at_least(self.max_micro_batches, 1, "--max-micro-batches")
         if not self.peer_timeout_s > 0:
             raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")
+        if self.on_nonfinite not in ("stop", "skip"):
+            raise UserError(f"--on-nonfinite must be stop or skip, got {self.on_nonfinite!r}")
         object.__setattr__(self, "options", tuple(self.options))
 
     def to_json(self) -> str:

@@ -13,7 +13,6 @@ publishes each new generation of the group when its membership changes (see
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 import socket
 import sys
@@ -23,7 +22,6 @@ from shoal.config import RunConfig
 from shoal.errors import UserError, user_code_error
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
-from shoal.metrics import METRICS_FILE, RESULT_FILE
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.batching import check_batch
@@ -130,16 +128,12 @@ def unreachable_events(spec: RunSpec) -> list[Event]:
 
 
 def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) -> dict:
+    from shoal.launcher.rundir import run_in_directory
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
     for e in unreachable_events(spec):
         sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
-    out = pathlib.Path(spec.config.out)
-    if not spec.config.resume:
-        for stale in (METRICS_FILE, RESULT_FILE):
-            (out / stale).unlink(missing_ok=True)
-    else:
-        (out / RESULT_FILE).unlink(missing_ok=True)
-    Controller(spec, speeds, show_progress, verbose).run()
-    return json.loads((out / RESULT_FILE).read_text())
+    # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
+    run = lambda: Controller(spec, speeds, show_progress, verbose).run()  # noqa: E731
+    return run_in_directory(spec.config, run)

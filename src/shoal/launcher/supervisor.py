@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from shoal.console import Progress
 from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
+from shoal.launcher.rundir import resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds
 from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
@@ -156,10 +157,13 @@ class Controller:
                     w.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     w.proc.kill()
-        except BaseException:
+        except BaseException as exc:
+            stopped = wind_down(self) if isinstance(exc, KeyboardInterrupt) else None
             for w in self.workers.values():
                 if w.proc.poll() is None:
                     w.proc.kill()
+            if stopped:
+                raise RunFailed(stopped) from None
             raise
         finally:
             if self.progress:
@@ -393,8 +397,8 @@ class Controller:
         (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
         unfired = f"; {len(self.pending)} pending events cannot fire" if self.pending else ""
         raise RunFailed(
-            f"every worker is gone at step {self.steps_done}{unfired}; continue with "
-            f"--resume {self.out} (worker logs: {self.logs})"
+            f"every worker is gone at step {self.steps_done}{unfired}; "
+            f"{resume_hint(self.spec.config)} (worker logs: {self.logs})"
         )
 
 

@@ -12,6 +12,7 @@ import os
 import sys
 
 from shoal.config import EmulationConfig, RunConfig
+from shoal.errors import UserError
 
 
 def parse_config(argv: list[str] | None = None) -> RunConfig:
@@ -26,10 +27,29 @@ def parse_config(argv: list[str] | None = None) -> RunConfig:
     return from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
 
 
+def check_fresh_start(config: RunConfig) -> None:
+    """A torchrun job's first life refuses a directory holding another run's checkpoints (it
+    would restart from step 0 and overwrite them), as `shoal run` does; --resume continues it.
+    Runs are told apart by torchrun's --rdzv-id, which the checkpoints record."""
+    from shoal.runtime.checkpoint import foreign_checkpoints
+
+    if config.resume or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+        return
+    url = config.checkpoint.dir or os.path.join(config.out, "checkpoints")
+    found = foreign_checkpoints(url, os.environ.get("TORCHELASTIC_RUN_ID"))
+    if found:
+        raise UserError(
+            f"{url} already holds checkpoints of another run ({len(found)} found): pass "
+            "--resume to continue it, or choose another --out"
+        )
+
+
 def cli(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         config = parse_config(argv)
+        if RunConfig.from_env() is None:  # started by torchrun, not by `shoal run`
+            check_fresh_start(config)
         from shoal.runtime.loop import main
 
         return main(config)

@@ -32,6 +32,7 @@ from shoal.errors import UserError
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 
 TIERS = ("on_demand", "spot")
+MAX_WORKERS = 4096  # per --workers spec: a sanity bound on the grammar, not a resource policy
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class DeviceTable:
             count = int(match.group(1) or 1)
             if count < 1:
                 raise UserError(f"bad worker count in {item!r}")
+            if len(kinds) + count > MAX_WORKERS:  # a typo's 10**9 must not exhaust the memory
+                raise UserError(f"--workers names more than {MAX_WORKERS} workers")
             kinds += [self.kind(match.group(2)).name] * count
         return kinds
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import pickle
+import os
 import re
+import sys
 import threading
 import time
 import warnings
@@ -70,6 +71,7 @@ def save_checkpoint(url: str, step: int, state: dict, fingerprint: str, keep: in
         "fingerprint": fingerprint,
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
+        "run": os.environ.get("TORCHELASTIC_RUN_ID"),  # torchrun's job id (None: shoal run)
     }
     _atomic_write(fs, f"{base}.json", json.dumps(manifest).encode())
     _prune(fs, root, keep)
@@ -94,39 +96,116 @@ def _prune(fs: Any, root: str, keep: int) -> None:
                 fs.rm(path)
 
 
-def load_latest(url: str, fingerprint: str) -> tuple[int, dict] | None:
-    """The newest valid checkpoint under `url` as (step, state), or None if there is none."""
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def _verified(fs: Any, step: int, manifest_path: str, fingerprint: str | None) -> bytes | None:
+    """The .pt bytes of one checkpoint if its manifest and checksum hold (a one-line warning
+    and None if not); raises UserError if it belongs to another job (`fingerprint` None: any)."""
+    try:
+        manifest = json.loads(fs.cat(manifest_path))
+        data = fs.cat(manifest_path[: -len(".json")] + ".pt")
+    except (OSError, ValueError) as exc:
+        _warn(f"skipping checkpoint {manifest_path}: unreadable ({exc})")
+        return None
+    if not isinstance(manifest, dict) or manifest.get("step") != step:
+        _warn(f"skipping checkpoint {manifest_path}: not a shoal checkpoint manifest")
+        return None
+    theirs = str(manifest.get("fingerprint"))
+    if fingerprint is not None and theirs != fingerprint:
+        raise UserError(
+            f"checkpoint {manifest_path} belongs to a different job "
+            f"(fingerprint {theirs[:12]}, expected {fingerprint[:12]})"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if len(data) != manifest.get("bytes") or digest != manifest.get("sha256"):
+        _warn(f"skipping checkpoint {manifest_path}: checksum mismatch (truncated or corrupted)")
+        return None
+    return data
+
+
+def _unpickled(data: bytes, step: int, manifest_path: str) -> dict | None:
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - anything but plain tensors and values is refused
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _warn(f"skipping checkpoint {manifest_path}: refused to load ({first})")
+        return None
+    if not isinstance(state, dict) or state.get("step") != step:
+        _warn(f"skipping checkpoint {manifest_path}: not a training state of step {step}")
+        return None
+    return state
+
+
+def load_latest(url: str, fingerprint: str, required: bool = False) -> tuple[int, dict] | None:
+    """The newest valid checkpoint under `url` as (step, state), or None if there is none;
+    `required` (a --resume): no usable checkpoint is an error, not a fresh start."""
     fs, root = _fs(url)
-    for step, manifest_path in _manifests(fs, root):
-        try:
-            manifest = json.loads(fs.cat(manifest_path))
-            data = fs.cat(manifest_path[: -len(".json")] + ".pt")
-        except (OSError, ValueError) as exc:
-            warnings.warn(f"skipping checkpoint {manifest_path}: unreadable ({exc})", stacklevel=2)
-            continue
-        theirs = str(manifest.get("fingerprint"))
-        if theirs != fingerprint:
-            raise UserError(
-                f"checkpoint {manifest_path} belongs to a different job "
-                f"(fingerprint {theirs[:12]}, expected {fingerprint[:12]})"
-            )
-        digest = hashlib.sha256(data).hexdigest()
-        if len(data) != manifest.get("bytes") or digest != manifest.get("sha256"):
-            warnings.warn(
-                f"skipping checkpoint {manifest_path}: checksum mismatch (truncated or corrupted)",
-                stacklevel=2,
-            )
-            continue
-        try:
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError) as exc:  # not plain tensors and values
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            warnings.warn(
-                f"skipping checkpoint {manifest_path}: refused to load ({first})", stacklevel=2
-            )
-            continue
-        return step, state
+    found = _manifests(fs, root)
+    for step, manifest_path in found:
+        data = _verified(fs, step, manifest_path, fingerprint)
+        state = _unpickled(data, step, manifest_path) if data is not None else None
+        if state is not None:
+            return step, state
+    if required:
+        raise UserError(_none_usable(url, len(found)))
     return None
+
+
+def _none_usable(url: str, skipped: int) -> str:
+    if skipped:
+        return f"--resume: no usable checkpoint in {url} ({skipped} skipped, see the warnings)"
+    return f"--resume: no checkpoint found in {url}"
+
+
+def foreign_checkpoints(url: str, run_id: str | None) -> list[str]:
+    """Manifests under `url` written by another run than torchrun's job `run_id` (a fresh
+    torchrun job refuses them, as `shoal run` refuses a directory holding checkpoints)."""
+    fs, root = _fs(url)
+    foreign = []
+    for _, manifest_path in _manifests(fs, root):
+        try:
+            theirs = json.loads(fs.cat(manifest_path)).get("run")
+        except (OSError, ValueError, AttributeError):
+            theirs = None
+        if theirs is None or theirs != run_id:
+            foreign.append(manifest_path)
+    return foreign
+
+
+def latest_checkpoint_step(url: str, fingerprint: str | None = None) -> int | None:
+    """The step of the newest checkpoint under `url` whose manifest and checksum hold (None:
+    none), without unpickling it: what a failure message may offer to --resume from."""
+    try:
+        fs, root = _fs(url)
+        found = _manifests(fs, root)
+    except (OSError, ValueError, ImportError):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for step, manifest_path in found:
+            try:
+                if _verified(fs, step, manifest_path, fingerprint) is not None:
+                    return step
+            except UserError:
+                return None  # another job's: nothing to offer
+    return None
+
+
+def check_resumable(url: str, fingerprint: str | None = None) -> int:
+    """Before a --resume starts any worker: the step it will continue from. Each skipped
+    checkpoint is one warning line on stderr; none usable is a UserError."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fs, root = _fs(url)
+        found = _manifests(fs, root)
+        step = next((s for s, m in found if _verified(fs, s, m, fingerprint) is not None), None)
+    for w in caught:
+        sys.stderr.write(f"shoal: warning: {w.message}\n")
+    if step is None:
+        raise UserError(_none_usable(url, len(found)))
+    return step
 
 
 class AsyncCheckpointer:

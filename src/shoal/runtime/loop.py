@@ -40,7 +40,8 @@ from shoal.job import Job, build_job, load_job_file, parse_options
 from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
-from shoal.runtime.membership import Group, Membership, PeerFailure, connect
+from shoal.runtime.finite import NonFiniteStep
+from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256, training_state
 from shoal.runtime.trainer import Trainer
@@ -83,8 +84,10 @@ class Worker:
         """Nobody in the group holds state: this run's spool, then its checkpoint, if any."""
         later = self.membership.may_hold_state
         ckpt_url = self.checkpointer.url
-        for url, use in ((self.spool_url, later), (ckpt_url, self.config.resume or later)):
-            found = load_latest(url, self.fingerprint) if use else None
+        resume = self.config.resume
+        for url, use in ((self.spool_url, later), (ckpt_url, resume or later)):
+            required = resume and url == ckpt_url  # --resume with nothing usable: an error
+            found = load_latest(url, self.fingerprint, required) if use else None
             if found:
                 return found[1]
         return None
@@ -138,7 +141,8 @@ def main(config: RunConfig) -> int:
     device = _device()
     w = _start(config, device, t0)
     w.note("ready")
-    signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(w))
+    for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C too: leave at a step boundary
+        signal.signal(sig, lambda *_: _on_sigterm(w))
     start = time.perf_counter()
     while w.trainer.step < config.steps:
         group = w.membership.join()
@@ -180,6 +184,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         replan_every=config.replan_every,
         max_micro_batches=config.max_micro_batches,
         batch=config.batch,
+        on_nonfinite=config.on_nonfinite,
     )
     fingerprint = outputs.job_fingerprint(
         config.job, options, job, config.consistency, trainer.model
@@ -248,6 +253,12 @@ def _generation(w: Worker, group: Group, device: torch.device) -> int | None:
     w.note(f"generation {group.generation}: rank {group.rank} of {group.world_size}")
     try:
         rec = _train(w, group, device)
+    except NonFiniteStep:
+        if group.rank == 0:  # the state is still at the step's start: the last finite one
+            w.checkpointer.final(trainer.step, training_state(trainer))
+        if dist.is_initialized():  # nobody exits (and is reaped) before it is written
+            collective(dist.barrier)
+        raise
     except PeerFailure as exc:
         w.ended_at = time.time()
         w.note(f"group broke at step {trainer.step}: {exc}")
@@ -260,6 +271,8 @@ def _generation(w: Worker, group: Group, device: torch.device) -> int | None:
         if code is not None:
             return code
     if rec is not None and group.rank in rec.leaving:
+        if group.rank == 0 and len(rec.leaving) == group.world_size:  # the last ones leave
+            w.checkpointer.final(trainer.step, training_state(trainer))
         w.checkpointer.finish()
         membership.leave_generation()
         membership.announce_left(trainer.step)

@@ -68,10 +68,15 @@ def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
 
 
 def job_fingerprint(job_path: str, options: dict, job, consistency: str, model) -> str:
+    """What determines a run's result, hashed: the job file's contents (an edited body is
+    another job; a renamed or moved file is the same one), its options, batch sizes, seed,
+    dataset size, the consistency mode and the model's tensors (names, dtypes, shapes)."""
     shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
+    source = hashlib.sha256(pathlib.Path(job_path).read_bytes()).hexdigest()
     blob = json.dumps(
         [
-            pathlib.Path(job_path).name,
+            source,
+            len(job.dataset),
             sorted(options.items()),
             job.micro_batch_size,
             job.global_batch_size,
@@ -155,4 +160,5 @@ def write_result(
     )
     data = result.to_json()
     data.setdefault("checkpoint", None)  # written as today: the key is there even without one
+    data["nonfinite_skipped"] = trainer.nonfinite_skipped  # steps dropped by --on-nonfinite skip
     write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)

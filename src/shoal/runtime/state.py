@@ -53,6 +53,7 @@ def training_state(trainer: Any) -> dict:
         # adaptive batch: the next step's M and the policy's state (JSON-safe values)
         "num_micro_batches": trainer.rebalancer.num_micro_batches,
         "batch": trainer.batch.state_dict(),
+        "nonfinite_skipped": trainer.nonfinite_skipped,  # steps skipped (--on-nonfinite skip)
     }
 
 
@@ -69,3 +70,4 @@ def load_training_state(trainer: Any, state: dict) -> None:
     num_micro_batches = state.get("num_micro_batches")
     if num_micro_batches and num_micro_batches != trainer.rebalancer.num_micro_batches:
         trainer.rebalancer.resize(int(num_micro_batches))
+    trainer.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))

@@ -42,6 +42,7 @@ from shoal.control.gradstats import StepStats
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.batching import AdaptiveBatch, BatchRecord
+from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
@@ -113,6 +114,7 @@ class Trainer:
         replan_every: int = 5,
         max_micro_batches: int | None = None,
         batch: BatchConfig | None = None,
+        on_nonfinite: str = "stop",
     ):
         self.job, self.device = job, torch.device(device)
         self.pacer = pacer or Pacer()
@@ -121,6 +123,7 @@ class Trainer:
         self.optimizer = job.optimizer(self.model.parameters())
         self.scheduler = job.lr_scheduler(self.optimizer) if job.lr_scheduler else None
         self.consistency = consistency
+        self.on_nonfinite, self.nonfinite_skipped = on_nonfinite, 0  # see finite.py
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         # one for the trainer's life: measured speeds are kept by worker id across regroups
         self.rebalancer = Rebalancer(job.num_micro_batches, replan_every)
@@ -180,14 +183,20 @@ class Trainer:
                 pending = self.reducer.start(timing, leaving, regroup)
                 self._read_ahead(mine, following)  # done already if an emulated kind waited
                 outcome = pending.wait()
-                if outcome is not None:
+                if outcome is not None or redone >= MAX_PASSES:
                     break
                 redone += 1  # a gradient exceeded its fixed-point bound: probe, then sum again
-        except PeerFailure:
+            skip = check_step(self, outcome and outcome.losses, mine, plan.num_micro_batches)
+        except (PeerFailure, NonFiniteStep):
             self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit
             raise
-        factor = self._optimizer_step(plan.num_micro_batches * self.job.micro_batch_size)
-        return self._record(plan, outcome, redone, time.perf_counter() - start, factor)
+        batch = plan.num_micro_batches * self.job.micro_batch_size
+        if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
+            self.reducer.load_state_dict(bounds)
+            factor = self.batch.lr_factor(batch, self._cap())
+        else:
+            factor = self._optimizer_step(batch)
+        return self._record(plan, outcome, redone, time.perf_counter() - start, factor, skip)
 
     def _cap(self) -> int | None:
         """The most micro-batches the current group can hold per step (None: no cap)."""
@@ -229,7 +238,13 @@ class Trainer:
             self._micro_batch(self.step + 1, following, j)
 
     def _record(
-        self, plan: Plan, outcome: StepOutcome, redone: int, step_s: float, factor: float
+        self,
+        plan: Plan,
+        outcome: StepOutcome,
+        redone: int,
+        step_s: float,
+        factor: float,
+        skipped: bool = False,
     ) -> StepRecord:
         record = StepRecord(
             step=self.step,
@@ -243,7 +258,8 @@ class Trainer:
             regroup=outcome.regroup,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
-        record.batch = self._adapt(plan, outcome, record.loss, factor)
+        # a skipped (non-finite) step's statistics are not fed to the batch policy
+        record.batch = BatchRecord() if skipped else self._adapt(plan, outcome, record.loss, factor)
         # the host's speed is that of its fastest worker: an emulated kind paces against it
         host = [t for t in outcome.host_seconds_per_micro_batch if t is not None]
         if host:

@@ -1,0 +1,216 @@
+"""The run directory as one run's property: its lock, and what a run may do to what it holds.
+
+One `shoal run` at a time owns a directory: `RunLock` holds an exclusive `flock` on
+`OUT/.shoal.lock` (released by the kernel when the process dies, however it dies) and writes
+its pid there, so a second run refuses with the holder's pid, and a lock left by a dead process
+is taken over with a warning. `prepare_run` then decides, before any worker starts, what the
+run will do to the directory's files:
+- a resume of a run that already reached its --steps says so and changes nothing;
+- a resume whose every checkpoint is unusable is an error (skip warnings on the console),
+  never a fresh start;
+- a resume never deletes the previous `result.json` before it succeeds: it is set aside and
+  put back if the run fails, and a resume that fails before training a step takes back the
+  lines it appended to metrics.jsonl, so it leaves the directory as it found it (the worker
+  logs are the exception: they say why it failed).
+`run_in_directory` is the launcher's one call: lock, decide, run, read the result.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from shoal.config import RunConfig
+from shoal.errors import RunFailed, UserError
+from shoal.metrics import METRICS_FILE, RESULT_FILE
+from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
+
+LOCK_FILE = ".shoal.lock"
+# Ctrl-C or SIGTERM of the launcher: how long workers get to reach a step boundary and write
+# the durable checkpoint before they are killed
+GRACE_S = 60.0
+SET_ASIDE = ".result.json.before-resume"
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held for the life of the launcher."""
+
+    def __init__(self, out: str | pathlib.Path):
+        self.path = pathlib.Path(out) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"pid {holder}" if holder else "another process"
+            raise UserError(
+                f"{self.path.parent} is in use by another shoal run ({who}); wait for it, "
+                "or choose another --out"
+            ) from None
+        stale = _read_pid(fd)
+        if stale and stale != os.getpid():
+            sys.stderr.write(
+                f"shoal: warning: {self.path.parent}: taking over the lock of pid {stale}, "
+                "which is no longer running\n"
+            )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)  # an empty lock file is nobody's: no warning next time
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def finished_result(out: pathlib.Path, result_name: str, steps: int) -> dict | None:
+    """The earlier result in `out` if that run already reached `steps` steps, else None."""
+    try:
+        result = json.loads((out / result_name).read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(result, dict) and isinstance(result.get("final_step"), int):
+        return result if result["final_step"] >= steps else None
+    return None
+
+
+@contextmanager
+def unchanged_if_failed(out: pathlib.Path):
+    """Around a resumed run: the previous result.json is set aside (the controller reads a
+    result.json as "finished") and put back if the run writes none; and if the run fails
+    before logging a step (another job's checkpoint, a bad flag in a worker), the membership
+    lines it appended are cut off again. A failed resume leaves the directory as it was."""
+    current, aside, metrics = out / RESULT_FILE, out / SET_ASIDE, out / METRICS_FILE
+    if current.exists():
+        os.replace(current, aside)
+    size = metrics.stat().st_size if metrics.exists() else 0
+    try:
+        yield
+    except BaseException:
+        if metrics.exists() and b'"kind": "step"' not in _tail(metrics, size):
+            os.truncate(metrics, size)
+        raise
+    finally:
+        if aside.exists():
+            if current.exists():
+                aside.unlink()
+            else:
+                os.replace(aside, current)
+
+
+def _tail(path: pathlib.Path, offset: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
+    """Run `run()` (the controller) holding the directory's lock; the run's result. A resume is
+    checked first: a finished run is reported, not redone; unusable checkpoints are an error."""
+    out = pathlib.Path(config.out)
+    with RunLock(out), _sigterm_interrupts():
+        if not config.resume:
+            for stale in (METRICS_FILE, RESULT_FILE):  # check_run refused a directory in use
+                (out / stale).unlink(missing_ok=True)
+            run()
+            return json.loads((out / RESULT_FILE).read_text())
+        done = finished_result(out, RESULT_FILE, config.steps)
+        if done is not None:
+            sys.stderr.write(
+                f"shoal: {out} already finished at step {done['final_step']} "
+                f"(--steps {config.steps}); nothing to do, nothing changed\n"
+            )
+            return done
+        step = check_resumable(config.checkpoint.dir or str(out / "checkpoints"))
+        sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")
+        with unchanged_if_failed(out):
+            run()
+        return json.loads((out / RESULT_FILE).read_text())
+
+
+@contextmanager
+def _sigterm_interrupts():
+    """SIGTERM of the launcher is handled as Ctrl-C: the workers wind down (see wind_down)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread (a library caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def checkpoint_dir(config: RunConfig) -> str:
+    return config.checkpoint.dir or str(pathlib.Path(config.out) / "checkpoints")
+
+
+def resume_hint(config: RunConfig) -> str:
+    """What a failure message may recommend: --resume only if a checkpoint exists, and from
+    which step."""
+    step = latest_checkpoint_step(checkpoint_dir(config))
+    if step is None:
+        return "no checkpoint was written, so it cannot be resumed"
+    return f"continue from the checkpoint of step {step} with --resume {config.out}"
+
+
+def wind_down(controller, grace_s: float = GRACE_S) -> str:
+    """The launcher was interrupted: ask every worker to leave at its next step boundary (the
+    last to leave writes a durable checkpoint), keep the controller's loop going meanwhile so
+    that survivors of partial leaves re-form, and kill what is left after `grace_s`. Returns
+    the message for the user."""
+    controller.pending.clear()  # no more injected events, no more joins
+    try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    except ValueError:
+        pass
+    for w in controller.workers.values():
+        if w.proc.poll() is not None:
+            continue
+        if w.state == "starting":  # holds no state: nothing to save
+            w.proc.kill()
+        else:
+            w.cause = w.cause or "interrupted: asked to leave at a step boundary"
+            w.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    try:
+        while time.monotonic() < deadline:
+            if all(w.proc.poll() is not None for w in controller.workers.values()):
+                break
+            controller.read_progress()
+            controller.reap()
+            controller.admit_and_regroup()
+            time.sleep(0.05)
+    except (RunFailed, UserError):
+        pass  # every worker is gone: the interruption's message says what to do
+    return f"interrupted at step {controller.steps_done}; {resume_hint(controller.spec.config)}"

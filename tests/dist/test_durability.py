@@ -1,0 +1,68 @@
+"""Nothing lost that could be kept: a SIGTERM of the launcher and the last graceful leave write a
+durable checkpoint, the failure message names its step, and --resume from it ends bitwise
+where the uninterrupted run ends; a non-finite step is decided alike on every layout."""
+
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from shoal.job import build_job, load_job_file
+from shoal.runtime.state import state_sha256
+from shoal.runtime.trainer import Trainer
+from shoal_testing import DIGITS, shoal_run
+
+pytestmark = pytest.mark.dist
+NONFINITE_JOB = str(pathlib.Path(__file__).with_name("nonfinite_job.py"))
+
+
+def uninterrupted(job: str, steps: int, options: dict, **trainer) -> str:
+    """The digest of an uninterrupted run, in this process (one worker is every layout)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers (--threads 1)
+    try:
+        t = Trainer(build_job(load_job_file(job), options, None), **trainer)
+        while t.step < steps:
+            t.train_step()
+        return state_sha256(t.model, t.optimizer)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
+    out, steps = tmp_path / "run", 300
+    cmd = [sys.executable, "-m", "shoal", "run", DIGITS, "--workers", "v100,k80",
+           "--steps", str(steps), "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)  # training has begun
+    proc.terminate()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    found = re.search(r"interrupted at step \d+; continue from the checkpoint of step (\d+)", err)
+    assert found, err[-2000:]
+    step = int(found.group(1))
+    assert 0 < step < steps and (out / "checkpoints" / f"ckpt-{step:09d}.pt").exists()
+    result = shoal_run(out, "k80", steps, "--resume", str(out))
+    assert result["state_sha256"] == uninterrupted(DIGITS, steps, {})
+
+
+def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
+    err = shoal_run(tmp_path / "run", "v100", 40, "--events", "step 5: notice 0", expect=1)
+    found = re.search(r"continue from the checkpoint of step (\d+) with --resume", err)
+    assert found and int(found.group(1)) >= 5, err[-2000:]
+
+
+def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path):
+    options = ["-o", "poison=37", "-o", "where=grad", "--on-nonfinite", "skip"]  # steps 2, 6
+    result = shoal_run(tmp_path / "run", "v100,k80", 8, *options, job=NONFINITE_JOB)
+    assert result["nonfinite_skipped"] == 2
+    reference = uninterrupted(
+        NONFINITE_JOB, 8, {"poison": 37, "where": "grad"}, on_nonfinite="skip"
+    )
+    assert result["state_sha256"] == reference

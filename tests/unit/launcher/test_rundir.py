@@ -1,0 +1,154 @@
+"""The run directory: one run at a time, and nothing in it destroyed by a resume that fails,
+finds nothing usable, or has nothing left to do."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from shoal.config import RunConfig
+from shoal.errors import RunFailed, UserError
+from shoal.launcher.rundir import LOCK_FILE, RunLock, resume_hint, run_in_directory
+from shoal.launcher.torchrun import check_fresh_start
+from shoal.runtime.checkpoint import (
+    check_resumable,
+    latest_checkpoint_step,
+    save_checkpoint,
+)
+from shoal.runtime.outputs import append_line, job_fingerprint
+
+FP = "f" * 64
+
+
+def config(out, resume=True, steps=10) -> RunConfig:
+    return RunConfig(job="job.py", steps=steps, out=str(out), resume=resume)
+
+
+def checkpoint(out, step):
+    save_checkpoint(str(out / "checkpoints"), step, {"step": step, "w": torch.ones(2)}, FP)
+
+
+def test_second_run_refused_with_the_holders_pid(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from shoal.launcher.rundir import RunLock; "
+         f"RunLock({str(tmp_path)!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ},
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(UserError, match=f"in use by another shoal run \\(pid {holder.pid}\\)"):
+            RunLock(tmp_path).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunLock(tmp_path):  # the kernel released the dead holder's lock
+        pass
+
+
+def test_stale_lock_of_a_dead_process_taken_over_with_a_warning(tmp_path, capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / LOCK_FILE).write_text(f"{dead.pid}\n")
+    with RunLock(tmp_path):
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    assert f"taking over the lock of pid {dead.pid}" in capsys.readouterr().err
+
+
+def test_resuming_a_finished_run_changes_nothing(tmp_path, capsys):
+    result = {"final_step": 10, "state_sha256": "ab"}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    got = run_in_directory(config(tmp_path), lambda: pytest.fail("ran"))
+    assert got == result and "already finished at step 10" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
+
+
+def test_failed_resume_changes_nothing(tmp_path):
+    checkpoint(tmp_path, 10)
+    (tmp_path / "result.json").write_text('{"final_step": 10}')
+    metrics = '{"kind": "step", "step": 9}\n'
+    (tmp_path / "metrics.jsonl").write_text(metrics)
+
+    def fails():
+        assert not (tmp_path / "result.json").exists()  # the controller's "finished" signal
+        append_line(tmp_path / "metrics.jsonl", {"kind": "membership", "event": "fail"})
+        raise UserError("checkpoint belongs to a different job")
+
+    with pytest.raises(UserError):
+        run_in_directory(config(tmp_path, steps=20), fails)
+    assert (tmp_path / "result.json").read_text() == '{"final_step": 10}'
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_resume_that_trained_keeps_its_lines_when_it_fails_later(tmp_path):
+    checkpoint(tmp_path, 10)
+
+    def trains_then_fails():
+        append_line(tmp_path / "metrics.jsonl", {"kind": "step", "step": 10})
+        raise RunFailed("every worker is gone at step 11")
+
+    with pytest.raises(RunFailed):
+        run_in_directory(config(tmp_path, steps=20), trains_then_fails)
+    assert '"step": 10' in (tmp_path / "metrics.jsonl").read_text()
+
+
+def test_fingerprint_follows_the_job_files_contents_not_its_name(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    job = SimpleNamespace(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("def make_job(): ...\n")
+    b.write_text("def make_job(): ...\n")
+    same = job_fingerprint(str(a), {}, job, "exact", model)
+    assert job_fingerprint(str(b), {}, job, "exact", model) == same  # renamed: the same job
+    b.write_text("def make_job(): return 1\n")
+    assert job_fingerprint(str(b), {}, job, "exact", model) != same  # edited: another job
+
+
+def test_resume_with_every_checkpoint_unusable_is_an_error(tmp_path, capsys):
+    checkpoint(tmp_path, 4)
+    checkpoint(tmp_path, 8)
+    for pt in (tmp_path / "checkpoints").glob("*.pt"):
+        pt.write_bytes(pt.read_bytes()[:-7])
+    with pytest.raises(UserError, match=r"no usable checkpoint .* \(2 skipped"):
+        run_in_directory(config(tmp_path), lambda: pytest.fail("ran"))
+    assert capsys.readouterr().err.count("skipping checkpoint") == 2  # on the console
+
+
+def test_resume_hint_names_the_step_or_says_there_is_none(tmp_path):
+    assert "no checkpoint was written" in resume_hint(config(tmp_path))
+    checkpoint(tmp_path, 6)
+    assert latest_checkpoint_step(str(tmp_path / "checkpoints")) == 6
+    assert check_resumable(str(tmp_path / "checkpoints")) == 6
+    assert f"step 6 with --resume {tmp_path}" in resume_hint(config(tmp_path))
+
+
+def test_torchrun_refuses_another_runs_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")
+    checkpoint(tmp_path, 3)  # written by job-a
+    check_fresh_start(config(tmp_path, resume=False))  # its own (a late joiner): fine
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-b")
+    with pytest.raises(UserError, match="already holds checkpoints of another run"):
+        check_fresh_start(config(tmp_path, resume=False))
+    check_fresh_start(config(tmp_path, resume=True))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart continues its own run
+    check_fresh_start(config(tmp_path, resume=False))
+
+
+def test_cli_resume_with_only_corrupt_checkpoints_is_one_line_and_exit_2(tmp_path):
+    checkpoint(tmp_path, 5)
+    for pt in (tmp_path / "checkpoints").glob("*.pt"):
+        pt.write_bytes(b"\0" + pt.read_bytes()[1:])  # one flipped byte
+    job = pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py"
+    cmd = [sys.executable, "-m", "shoal", "run", str(job), "--workers", "v100", "--steps", "9",
+           "--resume", str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert lines[0].startswith("shoal: warning: skipping checkpoint") and "checksum" in lines[0]
+    assert lines[-1].startswith("shoal: error: --resume: no usable checkpoint") and len(lines) == 2
+    assert not (tmp_path / "logs").exists()  # no worker was started
