@@ -1,0 +1,177 @@
+"""The bandwidth-adaptive controller: how much of each gradient crosses a slow link.
+
+Across sites each leader sends a fixed-size sparse message per tensor (k values + k compact
+indices, `shoal.runtime.compress`), and the leaders all-gather them. This module owns the wire
+size of those messages (one formula, used by the codec and by the controller) and the decision
+made from measurements: the keep ratio (fraction of a tensor's entries sent; StellaTrain's
+compression rate c is 1 - keep) and, when even the sparsest message cannot hide, a larger
+per-site batch so the compute grows to cover the exchange.
+
+The model is StellaTrain's simple one (SIGCOMM'24 §4): a ring all-gather makes each site send
+(W - 1) messages over its link, so t_comm(keep) = (W - 1) * bytes(keep) / B, and communication
+hides under compute when t_comm <= headroom * t_compute. B is the measured link throughput
+(bytes sent / exchange seconds; a drop taken at once, a rise smoothed). Keep ratios are taken from a geometric ladder, and the
+controller moves down a rung at once when the current rung overruns (a slow exchange stalls every
+step) but up only after `patience_up` steps in which the rung above fits with margin: it follows
+a rate change within a few steps and does not thrash on noise. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from shoal.errors import UserError
+
+VALUE_BYTES = 4  # fp32 values on the wire
+U16_MAX_NUMEL = 1 << 16  # a tensor this small indexes its entries in uint16
+
+
+def validate_slow_link(keep_ratio: float | None = None, local_steps: int | None = None) -> None:
+    """Reject a compression ratio outside (0, 1) or fewer than one local step (H)."""
+    if keep_ratio is not None and not (0.0 < keep_ratio < 1.0):
+        raise UserError(f"compression keep ratio must be in (0, 1), got {keep_ratio}")
+    if local_steps is not None and (int(local_steps) != local_steps or local_steps < 1):
+        raise UserError(f"local steps H must be an integer >= 1, got {local_steps}")
+
+
+def index_bytes(numel: int) -> int:
+    """Bytes per index on the wire: uint16 when every index fits, else int32."""
+    return 2 if numel <= U16_MAX_NUMEL else 4
+
+
+def entries(numel: int, keep_ratio: float) -> int:
+    """k for one tensor: floor(numel * keep), at least one entry, at most every entry."""
+    return max(1, min(numel, math.floor(numel * keep_ratio)))
+
+
+def message_bytes(numel: int, k: int) -> int:
+    """One packed message: k fp32 values then k compact indices."""
+    return k * (VALUE_BYTES + index_bytes(numel))
+
+
+def sent_bytes_per_site(sizes: Sequence[int], keep_ratio: float, num_sites: int) -> float:
+    """Bytes one site puts on its link per step: ring all-gather of messages, or dense ring
+    all-reduce (2 (W-1)/W of the gradient) at keep ratio 1."""
+    if num_sites < 2:
+        return 0.0
+    if keep_ratio >= 1.0:
+        return 2.0 * (num_sites - 1) / num_sites * VALUE_BYTES * sum(sizes)
+    msg = sum(message_bytes(n, entries(n, keep_ratio)) for n in sizes)
+    return float((num_sites - 1) * msg)
+
+
+@dataclass(frozen=True)
+class BandwidthConfig:
+    """The controller's knobs; every one is validated so a bad value fails with one line."""
+
+    headroom: float = 0.8  # communication may take this share of compute time
+    up_margin: float = 0.7  # move up only if the rung above fits within up_margin * budget
+    min_keep_ratio: float = 1e-3
+    ladder_factor: float = 2.0  # neighbouring rungs differ by this factor
+    patience_up: int = 3  # steps the rung above must fit before moving up
+    smoothing: float = 0.5  # weight of a newest throughput sample that is higher than before
+    max_batch_scale: float = 4.0  # per-site batch may grow up to this factor
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.headroom <= 1.0:
+            raise UserError(f"bandwidth headroom must be in (0, 1], got {self.headroom}")
+        if not 0.0 < self.up_margin <= 1.0:
+            raise UserError(f"bandwidth up_margin must be in (0, 1], got {self.up_margin}")
+        validate_slow_link(keep_ratio=self.min_keep_ratio)
+        if self.ladder_factor <= 1.0:
+            raise UserError(f"bandwidth ladder_factor must be > 1, got {self.ladder_factor}")
+        if self.patience_up < 1:
+            raise UserError(f"bandwidth patience_up must be >= 1, got {self.patience_up}")
+        if not 0.0 < self.smoothing <= 1.0:
+            raise UserError(f"bandwidth smoothing must be in (0, 1], got {self.smoothing}")
+        if self.max_batch_scale < 1.0:
+            raise UserError(f"max_batch_scale must be >= 1, got {self.max_batch_scale}")
+
+    def ladder(self) -> tuple[float, ...]:
+        """Keep ratios from dense (1.0) down to min_keep_ratio, one factor apart."""
+        rungs = [1.0]
+        while rungs[-1] / self.ladder_factor >= self.min_keep_ratio * (1 - 1e-12):
+            rungs.append(rungs[-1] / self.ladder_factor)
+        return tuple(rungs)
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    """One step's measurement at a site leader."""
+
+    bytes_sent: float  # bytes this site put on its link for the exchange
+    exchange_s: float  # wall time of the exchange
+    compute_s: float  # forward + backward time of the step (what communication hides under)
+
+
+@dataclass(frozen=True)
+class Decision:
+    keep_ratio: float  # 1.0: dense (no compression)
+    batch_scale: float  # multiply the per-site batch by this (>= 1)
+    link_bytes_per_s: float  # the smoothed throughput the decision used
+    comm_s: float  # the model's exchange time at keep_ratio, before any batch scaling
+
+
+class BandwidthController:
+    """Chooses the keep ratio (and per-site batch scale) step by step from link measurements."""
+
+    def __init__(self, sizes: Sequence[int], num_sites: int, config: BandwidthConfig | None = None):
+        if num_sites < 1 or not sizes or min(sizes) < 1:
+            raise UserError("bandwidth controller needs >= 1 site and non-empty tensors")
+        self.sizes = tuple(int(n) for n in sizes)
+        self.num_sites = num_sites
+        self.config = config or BandwidthConfig()
+        self.rungs = self.config.ladder()
+        self.rung = 0  # start dense; the first measurement moves it down at once if needed
+        self.link_bytes_per_s: float | None = None
+        self._fits_above = 0  # consecutive steps in which the rung above fit with margin
+
+    @property
+    def keep_ratio(self) -> float:
+        return self.rungs[self.rung]
+
+    def comm_s(self, keep_ratio: float) -> float:
+        """Model: seconds the exchange takes at this keep ratio over the smoothed link."""
+        assert self.link_bytes_per_s is not None
+        return sent_bytes_per_site(self.sizes, keep_ratio, self.num_sites) / self.link_bytes_per_s
+
+    def observe(self, sample: LinkSample) -> Decision:
+        """Fold in one step's measurement; return the setting for the next step."""
+        if sample.exchange_s <= 0 or sample.compute_s <= 0 or sample.bytes_sent < 0:
+            raise UserError(f"link sample needs positive times and bytes, got {sample}")
+        if sample.bytes_sent > 0:
+            rate = sample.bytes_sent / sample.exchange_s
+            a = self.config.smoothing
+            old = self.link_bytes_per_s
+            # A drop is believed at once (a slow exchange stalls every step), a rise smoothed.
+            if old is None or rate < old:
+                self.link_bytes_per_s = rate
+            else:
+                self.link_bytes_per_s = a * rate + (1 - a) * old
+        if self.link_bytes_per_s is None:  # nothing crossed a link yet (one site)
+            return Decision(self.keep_ratio, 1.0, 0.0, 0.0)
+        budget = self.config.headroom * sample.compute_s
+        self._move(budget)
+        comm = self.comm_s(self.keep_ratio)
+        scale = min(self.config.max_batch_scale, max(1.0, comm / budget))
+        return Decision(self.keep_ratio, scale, self.link_bytes_per_s, comm)
+
+    def _move(self, budget: float) -> None:
+        """Down at once to the largest rung that fits; up one rung after patience_up fits."""
+        if self.comm_s(self.keep_ratio) > budget:
+            fitting = [
+                i for i in range(self.rung, len(self.rungs)) if self.comm_s(self.rungs[i]) <= budget
+            ]
+            self.rung = fitting[0] if fitting else len(self.rungs) - 1
+            self._fits_above = 0
+            return
+        above = self.rung - 1
+        if above >= 0 and self.comm_s(self.rungs[above]) <= self.config.up_margin * budget:
+            self._fits_above += 1
+            if self._fits_above >= self.config.patience_up:
+                self.rung = above
+                self._fits_above = 0
+        else:
+            self._fits_above = 0
