@@ -10,10 +10,11 @@ per-site batch so the compute grows to cover the exchange.
 The model is StellaTrain's simple one (SIGCOMM'24 §4): a ring all-gather makes each site send
 (W - 1) messages over its link, so t_comm(keep) = (W - 1) * bytes(keep) / B, and communication
 hides under compute when t_comm <= headroom * t_compute. B is the measured link throughput
-(bytes sent / exchange seconds; a drop taken at once, a rise smoothed). Keep ratios are taken from a geometric ladder, and the
-controller moves down a rung at once when the current rung overruns (a slow exchange stalls every
-step) but up only after `patience_up` steps in which the rung above fits with margin: it follows
-a rate change within a few steps and does not thrash on noise. Pure: no torch.
+(bytes sent / exchange seconds; a drop is taken at once, a rise smoothed). Keep ratios come from
+a geometric ladder; the controller moves down at once to the largest rung that fits when the
+current one overruns (a slow exchange stalls every step), but up one rung only after
+`patience_up` steps in which the rung above fits with margin: it follows a rate change within a
+few steps and does not thrash on noise. Pure: no torch.
 """
 
 from __future__ import annotations
