@@ -32,6 +32,7 @@ import uuid
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROBE = HERE / "allreduce_probe.py"
+CONTROLLER_PROBE = HERE / "controller_probe.py"
 PREFIX = "shoal-sl-"  # every namespace the bed creates carries this prefix
 WAN = "wan0"
 RDZV_PORT = 29400
@@ -144,7 +145,18 @@ class SlowLinkBed:
     def close(self) -> None:
         """Delete every namespace made (their veths go with them); safe to call twice."""
         while self._made:
-            subprocess.run(["ip", "netns", "del", self._made.pop()], capture_output=True)
+            ns = self._made.pop()
+            _kill_inside(ns)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _kill_inside(ns: str) -> None:
+    """SIGKILL what still runs in a namespace the bed made (torchrun's workers are in their
+    own process group, so killing the agent alone can leave them behind)."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    for pid in out.split():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)
 
 
 def sweep_stale() -> list[str]:
@@ -152,6 +164,7 @@ def sweep_stale() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     stale = [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
     for ns in stale:
+        _kill_inside(ns)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     return stale
 
@@ -159,34 +172,46 @@ def sweep_stale() -> list[str]:
 def run_allreduce_probe(
     bed: SlowLinkBed, rates_mbit: list[float], size_mb: float, iters: int, timeout_s: float = 120
 ) -> list[dict]:
-    """All-reduce throughput at each rate, in ONE torchrun job: the rate is changed between
-    phases while the workers wait on a file handshake (the namespaces share the filesystem)."""
+    """All-reduce throughput at each rate, in ONE torchrun job (see `run_phased`)."""
+    script = [str(PROBE), "--size-mb", str(size_mb), "--iters", str(iters)]
+    return run_phased(bed, script, rates_mbit, timeout_s)
+
+
+def run_controller_probe(
+    bed: SlowLinkBed, rates_mbit: list[float], steps: int, compute_s: float, timeout_s: float = 300
+) -> list[dict]:
+    """The bandwidth controller on real shaped links: per-step keep ratio and exchange time."""
+    script = [str(CONTROLLER_PROBE), "--steps", str(steps), "--compute-s", str(compute_s)]
+    return run_phased(bed, script, rates_mbit, timeout_s)
+
+
+def run_phased(
+    bed: SlowLinkBed, script: list[str], rates_mbit: list[float], timeout_s: float
+) -> list[dict]:
+    """Run `script` under torchrun in every site, one phase per rate: the rate is changed
+    between phases while the workers wait on a file handshake (namespaces share the disk)."""
     sync = pathlib.Path(f"/tmp/{PREFIX}{bed.tag}")
     sync.mkdir()
+    src = str(HERE.parents[1] / "src")
     env = {**os.environ, "GLOO_SOCKET_IFNAME": WAN, "OMP_NUM_THREADS": "1"}
-    script = [str(PROBE), "--size-mb", str(size_mb), "--iters", str(iters)]
-    script += ["--phases", str(len(rates_mbit)), "--sync-dir", str(sync)]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    script = [*script, "--phases", str(len(rates_mbit)), "--sync-dir", str(sync)]
     procs = []
     try:
         bed.set_rate(rates_mbit[0])
         for site in range(bed.num_sites):
             # A log file, not a pipe: nobody reads while the job runs, and a full pipe blocks.
-            # Own session: teardown kills torchrun's agent and its worker together.
             with open(sync / f"site{site}.log", "w") as log:
                 argv = bed.torchrun_argv(site, script)
-                procs.append(
-                    subprocess.Popen(
-                        argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                    )
-                )
+                procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
         results = _drive_phases(bed, rates_mbit, sync, procs, time.monotonic() + timeout_s)
         for proc in procs:
             proc.wait(timeout=max(1.0, timeout_s))
         return results
     finally:
-        for proc in procs:
+        for proc in procs:  # what is left inside the sites dies with the bed (`close`)
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()
                 proc.wait()
         shutil.rmtree(sync, ignore_errors=True)
 
@@ -211,20 +236,32 @@ def _drive_phases(bed, rates_mbit, sync, procs, deadline) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--probe", choices=["allreduce", "controller"], default="allreduce")
     parser.add_argument("--sites", type=int, default=2)
     parser.add_argument("--rates", default="100,500,1000", help="Mbit/s, one phase each")
-    parser.add_argument("--size-mb", type=float, default=8.0)
-    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--size-mb", type=float, default=8.0, help="allreduce: tensor size")
+    parser.add_argument("--iters", type=int, default=5, help="allreduce: calls per phase")
+    parser.add_argument("--steps", type=int, default=10, help="controller: steps per phase")
+    parser.add_argument("--compute-s", type=float, default=0.1, help="controller: emulated")
+    parser.add_argument("--sweep", action="store_true", help="only delete stale namespaces")
     args = parser.parse_args(argv)
     reason = bed_available()
     if reason:
         print(f"slowlink: error: {reason}", file=sys.stderr)
         return 2
+    if args.sweep:
+        print(json.dumps({"deleted": sweep_stale()}))
+        return 0
     # SIGTERM becomes an exception, so the `with` below tears the bed down as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rates = [float(r) for r in args.rates.split(",")]
     with SlowLinkBed(args.sites, rates[0]) as bed:
-        for row in run_allreduce_probe(bed, rates, args.size_mb, args.iters):
+        if args.probe == "allreduce":
+            rows = run_allreduce_probe(bed, rates, args.size_mb, args.iters)
+        else:
+            phases = run_controller_probe(bed, rates, args.steps, args.compute_s)
+            rows = [{"rate_mbit": p["rate_mbit"], **r} for p in phases for r in p["steps"]]
+        for row in rows:
             print(json.dumps(row), flush=True)
     return 0
 

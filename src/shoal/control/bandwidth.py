@@ -10,7 +10,7 @@ per-site batch so the compute grows to cover the exchange.
 The model is StellaTrain's simple one (SIGCOMM'24 §4): a ring all-gather makes each site send
 (W - 1) messages over its link, so t_comm(keep) = (W - 1) * bytes(keep) / B, and communication
 hides under compute when t_comm <= headroom * t_compute. B is the measured link throughput
-(bytes sent / exchange seconds; a drop is taken at once, a rise smoothed). Keep ratios come from
+(bytes sent / exchange seconds; see `_fold`). Keep ratios come from
 a geometric ladder; the controller moves down at once to the largest rung that fits when the
 current one overruns (a slow exchange stalls every step), but up one rung only after
 `patience_up` steps in which the rung above fits with margin: it follows a rate change within a
@@ -142,22 +142,25 @@ class BandwidthController:
         """Fold in one step's measurement; return the setting for the next step."""
         if sample.exchange_s <= 0 or sample.compute_s <= 0 or sample.bytes_sent < 0:
             raise UserError(f"link sample needs positive times and bytes, got {sample}")
+        budget = self.config.headroom * sample.compute_s
         if sample.bytes_sent > 0:
-            rate = sample.bytes_sent / sample.exchange_s
-            a = self.config.smoothing
-            old = self.link_bytes_per_s
-            # A drop is believed at once (a slow exchange stalls every step), a rise smoothed.
-            if old is None or rate < old:
-                self.link_bytes_per_s = rate
-            else:
-                self.link_bytes_per_s = a * rate + (1 - a) * old
+            self._fold(sample.bytes_sent / sample.exchange_s, sample.exchange_s, budget)
         if self.link_bytes_per_s is None:  # nothing crossed a link yet (one site)
             return Decision(self.keep_ratio, 1.0, 0.0, 0.0)
-        budget = self.config.headroom * sample.compute_s
         self._move(budget)
         comm = self.comm_s(self.keep_ratio)
         scale = min(self.config.max_batch_scale, max(1.0, comm / budget))
         return Decision(self.keep_ratio, scale, self.link_bytes_per_s, comm)
+
+    def _fold(self, rate: float, exchange_s: float, budget: float) -> None:
+        """Update the throughput estimate. A drop is believed at once (a slow exchange stalls
+        every step), a rise is smoothed. A well-hidden exchange (small messages) measures its
+        fixed overheads more than the link, so it may raise the estimate but never lower it."""
+        old = self.link_bytes_per_s
+        if old is None or (rate < old and exchange_s > self.config.up_margin * budget):
+            self.link_bytes_per_s = rate
+        elif rate > old:
+            self.link_bytes_per_s = self.config.smoothing * rate + (1 - self.config.smoothing) * old
 
     def _move(self, budget: float) -> None:
         """Down at once to the largest rung that fits; up one rung after patience_up fits."""

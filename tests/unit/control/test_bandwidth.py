@@ -113,3 +113,12 @@ def test_valid_settings_pass():
     validate_slow_link(keep_ratio=0.01, local_steps=1)
     validate_slow_link()
     assert BandwidthConfig().ladder()[0] == 1.0
+
+
+def test_a_well_hidden_exchange_never_lowers_the_estimate():
+    ctrl = BandwidthController(SIZES, 2)
+    ctrl.observe(LinkSample(1e6, 0.01, 0.1))  # 100 MB/s
+    ctrl.observe(LinkSample(1e4, 0.001, 0.1))  # tiny message, mostly overhead: 10 MB/s
+    assert ctrl.link_bytes_per_s == pytest.approx(1e8)
+    ctrl.observe(LinkSample(1e6, 0.1, 0.1))  # an exchange that overruns: believed at once
+    assert ctrl.link_bytes_per_s == pytest.approx(1e7)
