@@ -18,32 +18,47 @@ from shoal.runtime.compress import ErrorFeedback
 SIZES = [1_048_576, 786_432, 131_072, 65_536, 2048, 512]  # about 2M parameters, 8 MB in fp32
 
 
-def exchange(grads, keep, ef_by_keep, world) -> None:
-    """One step's cross-site exchange at keep ratio `keep` (the merge is not needed here)."""
+def encode(grads, keep, ef_by_keep) -> torch.Tensor:
+    """The step's outgoing buffer: the dense gradient at keep 1, else the packed messages."""
     if keep >= 1.0:
-        dist.all_reduce(torch.cat(grads))
-        return
+        return torch.cat(grads)
     ef = ef_by_keep.setdefault(keep, ErrorFeedback(keep, "block"))
-    message = torch.cat([ef.compress(f"t{i}", g) for i, g in enumerate(grads)])
-    gathered = [torch.empty_like(message) for _ in range(world)]
-    dist.all_gather(gathered, message)
+    return torch.cat([ef.compress(f"t{i}", g) for i, g in enumerate(grads)])
+
+
+def exchange(buffer, keep, world) -> None:
+    """One step's cross-site exchange (the merge is not needed here)."""
+    if keep >= 1.0:
+        dist.all_reduce(buffer)
+    else:
+        dist.all_gather([torch.empty_like(buffer) for _ in range(world)], buffer)
 
 
 def run_phase(args, phase, ctrl, keep, efs, rank, world):
-    rows = []
+    rows, ping = [], torch.zeros(1, dtype=torch.uint8)
     for step in range(args.steps):
         gen = torch.Generator().manual_seed(1000 * phase + step)
         grads = [torch.randn(n, generator=gen) for n in SIZES]
         time.sleep(args.compute_s)  # the emulated forward/backward the exchange should hide under
+        buffer = encode(grads, keep, efs)
+        # The 1-byte exchange also lines the sites up, so the timed one measures the link, not
+        # a peer still compressing.
         start = time.perf_counter()
-        exchange(grads, keep, efs, world)
+        dist.all_gather([torch.empty(1, dtype=torch.uint8) for _ in range(world)], ping)
+        overhead_s = time.perf_counter() - start  # one exchange's fixed cost, bytes aside
+        start = time.perf_counter()
+        exchange(buffer, keep, world)
         exchange_s = time.perf_counter() - start
         sent = sent_bytes_per_site(SIZES, keep, world)
         decision = torch.zeros(1, dtype=torch.float64)
         if rank == 0:
-            decision[0] = ctrl.observe(LinkSample(sent, exchange_s, args.compute_s)).keep_ratio
+            sample = LinkSample(sent, exchange_s, args.compute_s, overhead_s)
+            decision[0] = ctrl.observe(sample).keep_ratio
         dist.broadcast(decision, 0)
-        rows.append({"step": step, "keep_ratio": keep, "exchange_s": exchange_s, "bytes": sent})
+        rows.append(
+            {"step": step, "keep_ratio": keep, "exchange_s": exchange_s, "overhead_s": overhead_s}
+            | {"bytes": sent}
+        )
         keep = float(decision[0])
     return rows, keep
 

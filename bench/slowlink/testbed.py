@@ -89,6 +89,21 @@ class SlowLinkBed:
             _ip("netns", "add", ns)
             self._made.append(ns)
             _ip("-n", ns, "link", "set", "lo", "up")
+            # Keep TCP's window across the idle gaps between steps' exchanges (each site is
+            # a long-lived WAN peer); the default restarts slow start after every compute phase.
+            subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "sysctl",
+                    "-qw",
+                    "net.ipv4.tcp_slow_start_after_idle=0",
+                ],
+                check=True,
+                capture_output=True,
+            )
         _ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.hub, "link", "set", "br0", "up")
         for i, ns in enumerate(self.sites):

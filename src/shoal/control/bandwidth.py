@@ -10,7 +10,8 @@ per-site batch so the compute grows to cover the exchange.
 The model is StellaTrain's simple one (SIGCOMM'24 §4): a ring all-gather makes each site send
 (W - 1) messages over its link, so t_comm(keep) = (W - 1) * bytes(keep) / B, and communication
 hides under compute when t_comm <= headroom * t_compute. B is the measured link throughput
-(bytes sent / exchange seconds; see `_fold`). Keep ratios come from
+(bytes sent / (exchange seconds - fixed cost), see `_fold`), and the fixed cost of an exchange
+(latency; timed by the caller on a 1-byte exchange) is added to t_comm. Keep ratios come from
 a geometric ladder; the controller moves down at once to the largest rung that fits when the
 current one overruns (a slow exchange stalls every step), but up one rung only after
 `patience_up` steps in which the rung above fits with margin: it follows a rate change within a
@@ -105,6 +106,7 @@ class LinkSample:
     bytes_sent: float  # bytes this site put on its link for the exchange
     exchange_s: float  # wall time of the exchange
     compute_s: float  # forward + backward time of the step (what communication hides under)
+    overhead_s: float = 0.0  # the exchange's fixed cost (latency), timed on a 1-byte exchange
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,7 @@ class BandwidthController:
         self.rungs = self.config.ladder()
         self.rung = 0  # start dense; the first measurement moves it down at once if needed
         self.link_bytes_per_s: float | None = None
+        self.overhead_s = 0.0
         self._fits_above = 0  # consecutive steps in which the rung above fit with margin
 
     @property
@@ -134,17 +137,23 @@ class BandwidthController:
         return self.rungs[self.rung]
 
     def comm_s(self, keep_ratio: float) -> float:
-        """Model: seconds the exchange takes at this keep ratio over the smoothed link."""
+        """Model: seconds the exchange takes at this keep ratio: fixed cost + bytes / rate."""
         assert self.link_bytes_per_s is not None
-        return sent_bytes_per_site(self.sizes, keep_ratio, self.num_sites) / self.link_bytes_per_s
+        sent = sent_bytes_per_site(self.sizes, keep_ratio, self.num_sites)
+        return self.overhead_s + sent / self.link_bytes_per_s
 
     def observe(self, sample: LinkSample) -> Decision:
         """Fold in one step's measurement; return the setting for the next step."""
-        if sample.exchange_s <= 0 or sample.compute_s <= 0 or sample.bytes_sent < 0:
+        if (
+            min(sample.exchange_s, sample.compute_s) <= 0
+            or min(sample.bytes_sent, sample.overhead_s) < 0
+        ):
             raise UserError(f"link sample needs positive times and bytes, got {sample}")
         budget = self.config.headroom * sample.compute_s
-        if sample.bytes_sent > 0:
-            self._fold(sample.bytes_sent / sample.exchange_s, sample.exchange_s, budget)
+        self.overhead_s = sample.overhead_s
+        wire_s = sample.exchange_s - sample.overhead_s
+        if sample.bytes_sent > 0 and wire_s > 0:  # else the bytes were lost in the noise
+            self._fold(sample.bytes_sent / wire_s, sample.exchange_s, budget)
         if self.link_bytes_per_s is None:  # nothing crossed a link yet (one site)
             return Decision(self.keep_ratio, 1.0, 0.0, 0.0)
         self._move(budget)

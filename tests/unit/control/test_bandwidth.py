@@ -122,3 +122,10 @@ def test_a_well_hidden_exchange_never_lowers_the_estimate():
     assert ctrl.link_bytes_per_s == pytest.approx(1e8)
     ctrl.observe(LinkSample(1e6, 0.1, 0.1))  # an exchange that overruns: believed at once
     assert ctrl.link_bytes_per_s == pytest.approx(1e7)
+
+
+def test_the_fixed_cost_of_an_exchange_is_not_taken_for_a_slow_link():
+    ctrl = BandwidthController(SIZES, 2)
+    ctrl.observe(LinkSample(1e6, 0.03, 0.1, overhead_s=0.02))  # 1 MB in 10 ms of wire time
+    assert ctrl.link_bytes_per_s == pytest.approx(1e8)
+    assert ctrl.comm_s(1.0) == pytest.approx(0.02 + sent_bytes_per_site(SIZES, 1.0, 2) / 1e8)
