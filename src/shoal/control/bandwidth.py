@@ -28,6 +28,9 @@ from shoal.errors import UserError
 
 VALUE_BYTES = 4  # fp32 values on the wire
 U16_MAX_NUMEL = 1 << 16  # a tensor this small indexes its entries in uint16
+OVERHEAD_WINDOW = 8  # steps over which the smallest fixed-cost sample is kept
+MIN_WIRE_SHARE = 0.1  # the wire time is taken as at least this share of the exchange
+MAX_PATIENCE_FACTOR = 8  # failed probes up stretch the patience to at most 8 x patience_up
 
 
 def validate_slow_link(keep_ratio: float | None = None, local_steps: int | None = None) -> None:
@@ -130,7 +133,10 @@ class BandwidthController:
         self.rung = 0  # start dense; the first measurement moves it down at once if needed
         self.link_bytes_per_s: float | None = None
         self.overhead_s = 0.0
+        self._overheads: list[float] = []  # recent fixed-cost samples
         self._fits_above = 0  # consecutive steps in which the rung above fit with margin
+        self._patience = self.config.patience_up
+        self._since_up: int | None = None  # steps since the last move up
 
     @property
     def keep_ratio(self) -> float:
@@ -150,9 +156,13 @@ class BandwidthController:
         ):
             raise UserError(f"link sample needs positive times and bytes, got {sample}")
         budget = self.config.headroom * sample.compute_s
-        self.overhead_s = sample.overhead_s
-        wire_s = sample.exchange_s - sample.overhead_s
-        if sample.bytes_sent > 0 and wire_s > 0:  # else the bytes were lost in the noise
+        # A fixed cost is the lower envelope of its samples: noise (scheduling) only adds to it.
+        self._overheads = [*self._overheads[-(OVERHEAD_WINDOW - 1) :], sample.overhead_s]
+        self.overhead_s = min(self._overheads)
+        # An exchange no slower than its fixed cost says the link is fast: bound the wire time
+        # below so the sample raises the estimate (by smoothing) instead of being lost.
+        wire_s = max(sample.exchange_s - self.overhead_s, MIN_WIRE_SHARE * sample.exchange_s)
+        if sample.bytes_sent > 0:
             self._fold(sample.bytes_sent / wire_s, sample.exchange_s, budget)
         if self.link_bytes_per_s is None:  # nothing crossed a link yet (one site)
             return Decision(self.keep_ratio, 1.0, 0.0, 0.0)
@@ -172,19 +182,29 @@ class BandwidthController:
             self.link_bytes_per_s = self.config.smoothing * rate + (1 - self.config.smoothing) * old
 
     def _move(self, budget: float) -> None:
-        """Down at once to the largest rung that fits; up one rung after patience_up fits."""
+        """Down at once to the largest rung that fits; up one rung after `_patience` fits. A
+        move up undone within patience_up steps doubles the patience (a failed probe is not
+        retried every few steps); any other fall by two rungs or more is a new rate, and resets
+        it."""
+        if self._since_up is not None:
+            self._since_up += 1
         if self.comm_s(self.keep_ratio) > budget:
             fitting = [
                 i for i in range(self.rung, len(self.rungs)) if self.comm_s(self.rungs[i]) <= budget
             ]
-            self.rung = fitting[0] if fitting else len(self.rungs) - 1
-            self._fits_above = 0
+            target = fitting[0] if fitting else len(self.rungs) - 1
+            if self._since_up is not None and self._since_up <= self.config.patience_up:
+                self._patience = min(
+                    2 * self._patience, MAX_PATIENCE_FACTOR * self.config.patience_up
+                )
+            elif target - self.rung >= 2:
+                self._patience = self.config.patience_up
+            self.rung, self._fits_above = target, 0
             return
         above = self.rung - 1
         if above >= 0 and self.comm_s(self.rungs[above]) <= self.config.up_margin * budget:
             self._fits_above += 1
-            if self._fits_above >= self.config.patience_up:
-                self.rung = above
-                self._fits_above = 0
+            if self._fits_above >= self._patience:
+                self.rung, self._fits_above, self._since_up = above, 0, 0
         else:
             self._fits_above = 0

@@ -129,3 +129,18 @@ def test_the_fixed_cost_of_an_exchange_is_not_taken_for_a_slow_link():
     ctrl.observe(LinkSample(1e6, 0.03, 0.1, overhead_s=0.02))  # 1 MB in 10 ms of wire time
     assert ctrl.link_bytes_per_s == pytest.approx(1e8)
     assert ctrl.comm_s(1.0) == pytest.approx(0.02 + sent_bytes_per_site(SIZES, 1.0, 2) / 1e8)
+
+
+def test_a_failed_probe_up_is_not_retried_every_few_steps():
+    ctrl = BandwidthController(SIZES, 2)
+    _run(ctrl, 100, 1)
+    low = ctrl.keep_ratio
+    # The measured rate says the rung above fits, but taking it overruns (say a burst allowance
+    # made small messages look fast): it must go up, come back, and wait longer next time.
+    probes = []  # the steps that tried a rung above `low`
+    for step in range(80):
+        rate = 400 if ctrl.keep_ratio <= low else 40
+        ctrl.observe(_measure(ctrl, rate * MBIT, 0.1))
+        probes += [step] if ctrl.keep_ratio > low else []
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert len(probes) >= 3 and all(b > a for a, b in zip(gaps, gaps[1:]))
