@@ -94,7 +94,7 @@ def test_merge_averages_the_sites():
     assert int((dense != 0).sum()) == 5
 
 
-def _digits_accuracy(mode, keep=0.05, steps=300, lr=0.5):
+def _digits_accuracy(mode, keep, selector="topk", steps=300, lr=0.5):
     """Test accuracy (%) of a small MLP on sklearn's digits after SGD on (compressed) grads."""
     from sklearn.datasets import load_digits
 
@@ -105,7 +105,7 @@ def _digits_accuracy(mode, keep=0.05, steps=300, lr=0.5):
     train, test = perm[:1400], perm[1400:]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
-    ef = ErrorFeedback(keep, "block")
+    ef = ErrorFeedback(keep, selector)
     gen = torch.Generator().manual_seed(0)
     for _ in range(steps):
         batch = train[torch.randint(len(train), (64,), generator=gen)]
@@ -133,9 +133,13 @@ def test_error_feedback_matters_on_digits():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: threads only contend on a shared machine
     try:
-        dense, with_ef, without_ef = (_digits_accuracy(m) for m in ("dense", "ef", "none"))
+        dense = _digits_accuracy("dense", 1.0)
+        with_ef, without_ef = _digits_accuracy("ef", 0.01), _digits_accuracy("none", 0.01)
+        block_ef = _digits_accuracy("ef", 0.05, selector="block")
     finally:
         torch.set_num_threads(threads)
     assert dense > 90
-    assert with_ef >= dense - 1.0  # block top-k at 5 % with EF matches dense within a point
-    assert without_ef <= dense - 2.5  # dropping what is not sent costs measurably (top-k at 5 %)
+    assert with_ef >= dense - 1.0  # top-k at 1 % with EF matches dense within a point
+    assert without_ef <= dense - 5.0  # dropping what is not sent costs (15-25 points here)
+    # Blocks of 16 are coarse on tensors this small: block top-k needs 5 % to match dense.
+    assert block_ef >= dense - 1.0
