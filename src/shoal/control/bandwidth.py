@@ -5,7 +5,8 @@ indices, `shoal.runtime.compress`), and the leaders all-gather them. This module
 size of those messages (one formula, used by the codec and by the controller) and the decision
 made from measurements: the keep ratio (fraction of a tensor's entries sent; StellaTrain's
 compression rate c is 1 - keep) and, when even the sparsest message cannot hide, a larger
-per-site batch so the compute grows to cover the exchange.
+per-site batch so the compute grows to cover the exchange. It also owns the validators the run
+configuration will call: the site spec, the keep ratio and the local-step count H.
 
 The model is StellaTrain's simple one (SIGCOMM'24 §4): a ring all-gather makes each site send
 (W - 1) messages over its link, so t_comm(keep) = (W - 1) * bytes(keep) / B, and communication
@@ -39,6 +40,30 @@ def validate_slow_link(keep_ratio: float | None = None, local_steps: int | None 
         raise UserError(f"compression keep ratio must be in (0, 1), got {keep_ratio}")
     if local_steps is not None and (int(local_steps) != local_steps or local_steps < 1):
         raise UserError(f"local steps H must be an integer >= 1, got {local_steps}")
+
+
+def parse_sites(spec: str, num_workers: int) -> tuple[tuple[int, ...], ...]:
+    """Sites from a spec such as "0,1/2,3" (worker indices, sites split by "/"): every site
+    names at least one worker, and every worker is in exactly one site."""
+    sites: list[tuple[int, ...]] = []
+    for i, part in enumerate(spec.split("/")):
+        names = [w.strip() for w in part.split(",") if w.strip()]
+        if not names:
+            raise UserError(f"site {i} of site spec {spec!r} names no worker")
+        try:
+            sites.append(tuple(int(w) for w in names))
+        except ValueError:
+            raise UserError(f"site spec {spec!r}: workers are indices, got {part!r}") from None
+    seen = [w for site in sites for w in site]
+    bad = sorted({w for w in seen if not 0 <= w < num_workers})
+    if bad:
+        raise UserError(f"site spec {spec!r} names workers {bad} outside 0..{num_workers - 1}")
+    if len(seen) != len(set(seen)):
+        raise UserError(f"site spec {spec!r} puts a worker in two sites")
+    missing = sorted(set(range(num_workers)) - set(seen))
+    if missing:
+        raise UserError(f"site spec {spec!r} leaves workers {missing} in no site")
+    return tuple(sites)
 
 
 def index_bytes(numel: int) -> int:

@@ -9,6 +9,7 @@ from shoal.control.bandwidth import (
     LinkSample,
     entries,
     message_bytes,
+    parse_sites,
     sent_bytes_per_site,
     validate_slow_link,
 )
@@ -101,6 +102,11 @@ def test_one_site_stays_dense():
         lambda: BandwidthConfig(ladder_factor=1),
         lambda: BandwidthController([], 2),
         lambda: BandwidthController(SIZES, 2).observe(LinkSample(10, 0, 0.1)),
+        lambda: parse_sites("0,1//2", 3),  # a site naming no worker
+        lambda: parse_sites("0,1/2,x", 3),
+        lambda: parse_sites("0,1/2,3", 3),
+        lambda: parse_sites("0,1/1,2", 3),
+        lambda: parse_sites("0/2", 3),
     ],
 )
 def test_bad_input_is_one_line_user_error(call):
@@ -110,6 +116,7 @@ def test_bad_input_is_one_line_user_error(call):
 
 
 def test_valid_settings_pass():
+    assert parse_sites("0, 1/2", 3) == ((0, 1), (2,))
     validate_slow_link(keep_ratio=0.01, local_steps=1)
     validate_slow_link()
     assert BandwidthConfig().ladder()[0] == 1.0
