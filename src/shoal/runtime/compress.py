@@ -49,7 +49,7 @@ def _block_scores(flat: torch.Tensor) -> torch.Tensor:
     """Sum of |g| per block of 16; a short last block is scaled to a full block's weight."""
     n = flat.numel()
     nblocks = -(-n // BLOCK)
-    padded = torch.zeros(nblocks * BLOCK, dtype=flat.dtype)
+    padded = torch.zeros(nblocks * BLOCK, dtype=flat.dtype, device=flat.device)
     padded[:n] = flat.abs()
     scores = padded.view(nblocks, BLOCK).sum(1)
     tail = n - (nblocks - 1) * BLOCK
@@ -93,7 +93,7 @@ class BlockTopK:
             # fixed step T lags a growing residual, and early exit then starves later blocks.
             overshoot = int(above.sum()) / -(-k // BLOCK)
             self.threshold[name] += AIMD_INCREASE * overshoot * float(scores.max())
-        idx = (taken.unsqueeze(1) * BLOCK + torch.arange(BLOCK)).flatten()
+        idx = (taken.unsqueeze(1) * BLOCK + torch.arange(BLOCK, device=flat.device)).flatten()
         idx = idx[idx < n][:k]
         return idx.sort().values
 
@@ -114,14 +114,14 @@ def unpack(message: torch.Tensor, numel: int, k: int) -> tuple[torch.Tensor, tor
         raise ValueError(f"message of {message.numel()} bytes does not hold k={k} of {numel}")
     values = message[: 4 * k].clone().view(torch.float32)
     width = index_bytes(numel)
-    wide = torch.zeros(k, 4, dtype=torch.uint8)
+    wide = torch.zeros(k, 4, dtype=torch.uint8, device=message.device)
     wide[:, :width] = message[4 * k :].view(k, width)
     return values, wide.view(torch.int32).flatten().to(torch.int64)
 
 
 def merge(messages: list[torch.Tensor], numel: int, k: int) -> torch.Tensor:
     """Average of the sites' sparse messages as a dense fp32 tensor (site order fixed)."""
-    dense = torch.zeros(numel, dtype=torch.float32)
+    dense = torch.zeros(numel, dtype=torch.float32, device=messages[0].device)
     for message in messages:
         values, indices = unpack(message, numel, k)
         dense.index_add_(0, indices, values)
