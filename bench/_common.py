@@ -42,11 +42,12 @@ def shoal_run_rows(
     consistency: str = "exact",
     host_s: float | None = None,
     cap: int | None = None,
+    flags: list[str] | None = None,
 ) -> list[dict]:
     """The per-step records of a `shoal run` in a fresh interpreter (as a user runs it;
     nothing of this process's state, threads or earlier children can slow it). `host_s` fixes
     the host time per micro-batch that emulated kinds pace against (see runtime/pacing.py);
-    `cap` is `--max-micro-batches`."""
+    `cap` is `--max-micro-batches`; `flags` are more `shoal run` flags."""
     out = pathlib.Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     cmd = [sys.executable, "-m", "shoal", "run", job, "--workers", ",".join(kinds)]
     cmd += ["--steps", str(steps), "--out", str(out), "--consistency", consistency]
@@ -54,6 +55,7 @@ def shoal_run_rows(
         cmd += ["--option", option]
     if cap is not None:
         cmd += ["--max-micro-batches", str(cap)]
+    cmd += flags or []
     env = dict(os.environ)
     if host_s is not None:
         env["SHOAL_EMULATED_HOST_S"] = repr(host_s)

@@ -26,12 +26,41 @@ def _positive(x) -> bool:
     return isinstance(x, int | float) and math.isfinite(x) and x > 0
 
 
+# bench scripts whose smoke run lives beside the feature's own tests
+RUN_ELSEWHERE = {
+    "soak.py": "tests/dist/test_soak.py",
+    "transient_heldout.py": "tests/unit/sim/test_transient_model.py",
+}
+
+
 def test_every_bench_script_has_a_smoke_test():
     helpers = {"_common.py", "ddp_yardstick.py", "torchelastic_job.py"}
     scripts = {p.name for p in (ROOT / "bench").glob("*.py")} - helpers
     source = Path(__file__).read_text()
-    missing = sorted(s for s in scripts if f'"bench/{s}"' not in source)
+    for script, test in RUN_ELSEWHERE.items():
+        assert script.removesuffix(".py") in (ROOT / test).read_text(), f"{test} runs {script}"
+    missing = sorted(s for s in scripts if f'"bench/{s}"' not in source and s not in RUN_ELSEWHERE)
     assert not missing, f"bench scripts without a smoke test: {missing}"
+
+
+def test_sim_jobload():
+    argv = ["bench/sim_jobload.py", "--policies", "tiresias,shoal", "--workloads", "1"]
+    out = run(argv + ["--loads", "0.5", "--philly-seeds", "0"]).stdout
+    assert "| 0.5 |" in out and "tiresias" in out and "shoal" in out
+
+
+def test_batch_stats_overhead():
+    argv = ["bench/batch_stats_overhead.py", "--job", "conv", "--workers", "v100"]
+    (row,) = json_lines(run(argv + ["--steps", "6", "--warmup", "1", "--repeats", "1"]).stdout)
+    assert _positive(row["off_s"]) and _positive(row["on_s"]) and len(row["per_repeat"]) == 1
+
+
+def test_adaptive_batch():
+    # one adaptive side, two segments (the second through --resume)
+    result = json_lines(run(["bench/adaptive_batch.py", "--smoke", "--sides", "jabas"]).stdout)[0]
+    (side,) = result["tasks"]["digits"]["sides"].values()
+    (one,) = side["runs"]
+    assert one["reached"] and [step for step, _ in one["evals"]] == [2, 4], one
 
 
 def test_sim_engine():

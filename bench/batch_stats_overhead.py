@@ -1,0 +1,83 @@
+"""The cost of the adaptive batch's statistics: step time with them on vs off, side by side.
+
+    python bench/batch_stats_overhead.py [--steps 60] [--repeats 5] [--workers v100,v100]
+
+Off: the fixed policy (nothing measured, the step's message as before). On: `--batch-policy
+jabas --batch-bounds B:B --batch-every 1`, the costliest setting: every step computes each
+micro-batch's |g_j|^2, sends them in the message, and sends the extra exact half-sum for the
+similarity; the bounds pin the batch, so both sides run the same steps. Each repeat runs both
+sides back to back (in rotating order) on the same job; the figure is the median of the
+repeats' own ratios of steady-state step periods (issue 13's bar: at most 1.03x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from _common import (
+    JOBS,
+    as_options,
+    machine,
+    per_repeat,
+    rotation,
+    shoal_run_rows,
+    steady,
+    step_periods,
+)
+
+CONFIGS = {
+    "conv": {"micro_batch_size": 32, "global_batch_size": 256},
+    "transformer": {"micro_batch_size": 16, "global_batch_size": 64},
+}
+
+
+def side_flags(side: str, batch: int) -> list[str]:
+    if side == "off":
+        return []
+    return ["--batch-policy", "jabas", "--batch-bounds", f"{batch}:{batch}", "--batch-every", "1"]
+
+
+def measure(job: str, args) -> dict:
+    config = CONFIGS[job]
+    medians: dict[str, list[float]] = {"off": [], "on": []}
+    for repeat in range(args.repeats):
+        for side in rotation(["off", "on"], repeat):
+            rows = shoal_run_rows(
+                str(JOBS[job]),
+                args.workers.split(","),
+                args.steps,
+                as_options(config),
+                flags=side_flags(side, config["global_batch_size"]),
+            )
+            if side == "on":  # the statistics were taken: the run logged them
+                assert rows[-1].get("similarity") is not None, "no similarity was logged"
+            medians[side].append(steady(step_periods(rows), args.warmup))
+    ratios = per_repeat(medians["on"], medians["off"])
+    return {
+        "job": job,
+        "config": config,
+        "workers": args.workers,
+        "off_s": statistics.median(medians["off"]),
+        "on_s": statistics.median(medians["on"]),
+        "on_over_off": statistics.median(ratios),
+        "per_repeat": [round(r, 4) for r in ratios],
+        "machine": machine(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--workers", default="v100,v100")
+    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (default: both)")
+    args = p.parse_args()
+    for job in [args.job] if args.job else sorted(CONFIGS):
+        print(json.dumps(measure(job, args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
