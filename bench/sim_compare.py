@@ -4,7 +4,8 @@ Runs every policy on (a) Pollux's workload-1..8 on Pollux's cluster (16 nodes x 
 and (b) 5 seeded samples of 300 consecutive Philly jobs on the heterogeneous 64-GPU cluster
 (4x4 each of V100, P100, T4, K80) with half the nodes bought as spot, revoked by the measured GCE
 lifetimes. Prints one JSON line per run, then mean and standard deviation per policy and suite.
-Usage: python bench/sim_compare.py [policy ...]   (default: all)
+Usage: python bench/sim_compare.py [--cases N] [policy ...]   (default: all; N: the first N
+cases of each suite, e.g. 2 for a smoke run)
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ SUITES = {
 }
 
 
-def main(policies: list[str]) -> None:
+def main(policies: list[str], cases_per_suite: int | None = None) -> None:
     table: dict[tuple[str, str], list[dict]] = {}
     for suite, cases in SUITES.items():
-        for workload, cluster, spot, seed in cases:
+        for workload, cluster, spot, seed in cases[:cases_per_suite]:
             for policy in policies:
                 s = simulate(policy, workload, cluster, spot, SimConfig(seed=seed))
                 row = {"suite": suite, "workload": workload, "seed": seed, **s}
@@ -42,4 +43,8 @@ def main(policies: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(POLICIES))
+    args = sys.argv[1:]
+    n = None
+    if args[:1] == ["--cases"]:
+        n, args = int(args[1]), args[2:]
+    main(args or list(POLICIES), n)

@@ -81,7 +81,7 @@ def test_sim_transient():
 
 
 def test_sim_compare():
-    rows = json_lines(run(["bench/sim_compare.py", "shoal"]).stdout)
+    rows = json_lines(run(["bench/sim_compare.py", "--cases", "2", "shoal"]).stdout)
     summaries = [r for r in rows if r.get("policy") == "shoal" and "runs" in r]
     assert summaries and all(_positive(r["avg_jct_s_mean"]) for r in summaries)
 

@@ -102,6 +102,7 @@ class Controller:
             SHOAL_WORKER_ID=wid,
             SHOAL_T0=repr(self.t0),
             SHOAL_CAUSE_DIR=str(self.logs),
+            SHOAL_CONTROLLER_PID=str(os.getpid()),  # a worker ends with its controller
             LOCAL_RANK=str(len(self.workers)),
             **self.spec.worker_config(self.speeds.slowdown[kind]).to_env(),
         )

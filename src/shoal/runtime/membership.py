@@ -21,9 +21,11 @@ a worker has is decided once, from its environment (`connect`); the worker loop 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime
 import json
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -104,7 +106,24 @@ def connect(backend: str, peer_timeout_s: float = 30.0) -> Membership:
         return TorchrunMembership(backend)
     host, port = address.rsplit(":", 1)
     wid = os.environ["SHOAL_WORKER_ID"]
+    end_with_controller(os.environ.get("SHOAL_CONTROLLER_PID"))
     return StoreMembership(wid, host, int(port), backend, op_timeout_s=peer_timeout_s)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def end_with_controller(controller_pid: str | None) -> None:
+    """A `shoal run` worker dies with its controller (its parent process), however that dies:
+    the kernel sends it SIGKILL (Linux's parent-death signal). Without it, a SIGKILLed launcher
+    left its workers training on unsupervised, and a worker waiting to be admitted blocked on
+    the dead store for an hour. Its state is what the last checkpoint or spool holds."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the process runs on, as before
+        return
+    if controller_pid and os.getppid() != int(controller_pid):
+        os._exit(1)  # the controller died before the request above: nobody would tell us
 
 
 class StoreMembership:
