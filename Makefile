@@ -9,9 +9,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# --no-compile: Python compiles only the modules it imports, on first import (torch's whole
+# tree compiled up front costs most of its install time)
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,hf]'
+	$(BIN)/pip install -q --no-compile torch==2.13.0
+	$(BIN)/pip install -q --no-compile -e '.[dev,hf]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -8,18 +8,20 @@ Job: examples/digits.py, micro_batch_size=32, global_batch_size=256 (M=8), on `s
 --workers v100,k80,k80`. A generator seeded by --seed draws the events: each departure (an
 abrupt kill, a revocation without notice, i.e. a SIGKILL of a random member, or a notice with a
 30 s deadline) is followed two steps later by a join of a random kind, so the group keeps about
-three members. Steps are paced (SHOAL_EMULATED_HOST_S, --host-s seconds per micro-batch at
-the fastest kind) so that joiners start within a few steps. At --loss-at (default: 60% of the
-steps) the launcher and every worker are SIGKILLed at once (a total loss, as when the host
-goes); the run is then continued with --resume, with the events still to come, from its newest
-durable checkpoint (--checkpoint-every).
+three members; a stall (SIGSTOP for STALL_S seconds, past the run's --peer-timeout, then
+SIGCONT) needs no join: the group goes on without the worker, which comes back as a newcomer.
+Steps are paced (SHOAL_EMULATED_HOST_S, --host-s seconds per micro-batch at the fastest kind) so
+that joiners start within a few steps. At --loss-at (default: 60% of the steps) the launcher and
+every worker are SIGKILLed at once (a total loss, as when the host goes); the run is then
+continued with --resume, with the events still to come, from its newest durable checkpoint
+(--checkpoint-every).
 
 Reports (one JSON object, then a table): events scheduled and survived (fail, leave, join
 lines in metrics.jsonl), steps lost per abrupt kill (the `recover` lines' lost_steps, which must
 total at most one per kill while a worker survives), the recovery-time distribution, the steps
 the total loss cost (its step minus the checkpoint resumed from), and whether the final digest
-equals the uninterrupted run's (computed in this process: one worker is every layout). Stalls
-(a SIGSTOPped worker) join the mix once liveness detection lands (issue 18, item 1).
+equals the uninterrupted run's (computed in this process: one worker is every layout). A stall
+is two membership events, the loss and the rejoin.
 """
 
 from __future__ import annotations
@@ -42,13 +44,18 @@ JOB = str(ROOT / "examples" / "digits.py")
 OPTIONS = {"micro_batch_size": 32, "global_batch_size": 256}
 WORKERS = "v100,k80,k80"
 JOIN_KINDS = ("v100", "k80")
-DEPARTURES = ("kill", "revoke", "notice")  # revoke: a revocation without notice (SIGKILL)
+# revoke: a revocation without notice (SIGKILL); stall: SIGSTOP past the peer timeout, then
+# SIGCONT (the group goes on without the worker, which comes back as a newcomer: no join paired)
+DEPARTURES = ("kill", "revoke", "notice", "stall")
+PEER_TIMEOUT_S, STALL_S = 5, 10
 PHASE_TIMEOUT_S = 1800.0
 ORPHAN_WAIT_S = 30.0  # for the killed processes to be gone (a check: none should be left)
 sys.path.insert(0, str(ROOT / "src"))  # shoal, for the reference run and the checkpoint reader
 
 
-def schedule(seed: int, steps: int, n_events: int, loss_at: int) -> list[tuple[int, str, str]]:
+def schedule(
+    seed: int, steps: int, n_events: int, loss_at: int, departures=DEPARTURES
+) -> list[tuple[int, str, str]]:
     """(step, category, event text) for `n_events` events, in pairs (departure, join two steps
     later), spread over the run and kept clear of the total loss."""
     rng = random.Random(seed)
@@ -57,11 +64,12 @@ def schedule(seed: int, steps: int, n_events: int, loss_at: int) -> list[tuple[i
     candidates = [s for s in range(4, steps - 6) if s not in clear and s + 2 not in clear]
     starts = sorted(rng.sample(candidates, min(pairs, len(candidates))))
     events = []
+    texts = {"notice": "notice random 30s", "stall": f"stall random {STALL_S}s"}
     for s in starts:
-        kind = rng.choice(DEPARTURES)
-        text = "notice random 30s" if kind == "notice" else "kill random"
-        events.append((s, kind, f"step {s}: {text}"))
-        events.append((s + 2, "join", f"step {s + 2}: add {rng.choice(JOIN_KINDS)}"))
+        kind = rng.choice(departures)
+        events.append((s, kind, f"step {s}: {texts.get(kind, 'kill random')}"))
+        if kind != "stall":
+            events.append((s + 2, "join", f"step {s + 2}: add {rng.choice(JOIN_KINDS)}"))
     return events[:n_events] if n_events >= 2 else events
 
 
@@ -70,7 +78,7 @@ def _shoal(
 ) -> subprocess.Popen:
     opts = [part for k, v in OPTIONS.items() for part in ("-o", f"{k}={v}")]
     cmd = [sys.executable, "-m", "shoal", "run", JOB, "--workers", WORKERS, "--steps",
-           str(steps), *opts, *extra]  # fmt: skip
+           str(steps), "--peer-timeout", str(PEER_TIMEOUT_S), *opts, *extra]  # fmt: skip
     if events:
         cmd += ["--events", "; ".join(text for _, _, text in events)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "SHOAL_EMULATED_HOST_S": str(host_s)}
@@ -179,13 +187,14 @@ def summarize(out: pathlib.Path, events: list, loss: dict, result: dict, digest:
     times = sorted(r["recovery_time_s"] for r in recovers if r.get("recovery_time_s") is not None)
     lost = sum(r.get("lost_steps") or 0 for r in recovers)
     scheduled = {c: sum(c == cat for _, cat, _ in events) for c in (*DEPARTURES, "join")}
+    scheduled["join"] += scheduled["stall"]  # a stalled worker rejoins
 
     def quantile(q: float) -> float | None:
         return times[min(int(q * len(times)), len(times) - 1)] if times else None
 
     return {
         "steps": result["final_step"],
-        "events_scheduled": len(events) + 1,  # + the total loss
+        "events_scheduled": sum(scheduled.values()) + 1,  # + the total loss
         "scheduled_by_kind": {**scheduled, "total_loss": 1},
         "events_survived": count["fail"] + count["leave"] + count["join"] + 1,
         "membership_lines": count,
@@ -213,8 +222,9 @@ def soak(
     loss_at: int,
     out: pathlib.Path,
     host_s: float = 0.02,
+    departures: tuple[str, ...] = DEPARTURES,
 ) -> dict:
-    events = schedule(seed, steps, n_events, loss_at)
+    events = schedule(seed, steps, n_events, loss_at, departures)
     done, (orphans_s, orphans_killed) = _run_until_loss(out, steps, events, loss_at, every, host_s)
     later = [e for e in events if e[0] > done]  # those before the loss fired, or never will
     resumed_from, result = _resume(out, steps, later, every, host_s)

@@ -130,7 +130,8 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=shoal-test",
-           "--max-restarts=3", "--rdzv-conf=last_call_timeout=2,join_timeout=120",
+           "--max-restarts=3",
+           "--rdzv-conf=last_call_timeout=2,join_timeout=120,keep_alive_interval=1,keep_alive_max_attempt=3",
            "-m", "shoal.worker", DIGITS, "--steps", str(CHAOS_STEPS), "--out", str(tmp_path),
            *HEAVY]  # fmt: skip
     # paced 2x so that the host is lost mid-run, not after the last step

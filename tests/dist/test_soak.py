@@ -16,7 +16,14 @@ def test_short_soak(tmp_path):
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)
     report = soak.soak(
-        steps=150, n_events=8, seed=0, every=20, loss_at=60, out=tmp_path / "run", host_s=0.01
+        steps=150,
+        n_events=8,
+        seed=0,
+        every=20,
+        loss_at=60,
+        out=tmp_path / "run",
+        host_s=0.01,
+        departures=("kill", "revoke", "notice"),  # a stall costs its seconds: test_failures.py
     )
     assert report["digest_matches"], report
     assert report["steps"] == 150

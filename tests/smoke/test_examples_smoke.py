@@ -11,7 +11,10 @@ from _smoke import json_lines, run
 
 pytestmark = pytest.mark.dist  # each starts worker processes with a real process group
 
-DONE = re.compile(r"^done: 2 steps in [\d.]+s, [\d,]+ samples/s, state_sha256 ([0-9a-f]{64})$")
+DONE = re.compile(
+    r"^done: 2 steps in [\d.]+s \([\d.]+s with start-up\), [\d,]+ samples/s, "
+    r"state_sha256 ([0-9a-f]{64})$"
+)
 
 
 @pytest.mark.parametrize(

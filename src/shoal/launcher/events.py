@@ -4,6 +4,8 @@ Format: items separated by ';' or newlines, each `step N: ACTION` or `at T s: AC
     kill W          SIGKILL worker W (an abrupt loss: no notice)
     notice W [Ds]   a revocation notice: SIGTERM now, SIGKILL after D seconds if still there
     leave W         a graceful leave (a notice with no deadline)
+    stall W Ds      SIGSTOP worker W, SIGCONT it D seconds later (a swap storm, a VM freeze):
+                    past --peer-timeout its group goes on without it, and it rejoins
     add KIND        a new worker of that device kind joins
 W is a worker number (w0, w1, ... in order of creation; `1` and `w1` both work) or `random`:
 a member chosen by the controller's seeded generator when the event fires (it waits while
@@ -20,18 +22,18 @@ from shoal.errors import UserError
 
 _ITEM = re.compile(
     r"^(?:step\s+(?P<step>\d+)|at\s+(?P<at>\d+(?:\.\d+)?)\s*s)\s*:\s*"
-    r"(?P<action>kill|notice|leave|add)\s+(?P<arg>\S+)(?:\s+(?P<deadline>\d+(?:\.\d+)?)\s*s)?$"
+    r"(?P<action>kill|notice|leave|stall|add)\s+(?P<arg>\S+)(?:\s+(?P<deadline>\d+(?:\.\d+)?)\s*s)?$"
 )
 
 
 @dataclass(frozen=True)
 class Event:
-    action: str  # kill | notice | leave | add
+    action: str  # kill | notice | leave | stall | add
     step: int | None = None  # fire once this many steps have completed
     at_s: float | None = None  # or this many seconds after launch
     worker: str | None = None  # w<N> for kill/notice/leave
     kind: str | None = None  # device kind for add
-    deadline_s: float | None = None  # notice: seconds until a hard kill
+    deadline_s: float | None = None  # notice: seconds until a hard kill; stall: its length
 
     def __str__(self) -> str:
         """The event as it is written in --events, e.g. `step 100: add k80`."""
@@ -76,8 +78,12 @@ def parse_events(text: str, source: str = "--events") -> list[Event]:
                 raise UserError(f"{source}: item {number}: bad worker {arg!r}")
             worker = arg if arg == "random" else "w" + arg.lstrip("w")
         deadline = float(m["deadline"]) if m["deadline"] else None
-        if deadline is not None and action != "notice":
-            raise UserError(f"{source}: item {number}: only a notice takes a deadline")
+        if deadline is not None and action not in ("notice", "stall"):
+            raise UserError(f"{source}: item {number}: only a notice or a stall takes seconds")
+        if action == "stall" and deadline is None:
+            raise UserError(
+                f"{source}: item {number}: a stall needs its length, e.g. 'stall 1 10s'"
+            )
         events.append(
             Event(
                 action,

@@ -13,6 +13,7 @@ publishes each new generation of the group when its membership changes (see
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import socket
 import sys
@@ -56,11 +57,28 @@ class Speeds:
     prior: dict[str, float]
 
 
+def local_worker_limit() -> int:
+    """How many worker processes `shoal run` starts on this machine at most: each is a Python
+    process with torch loaded (hundreds on a laptop's cores would only thrash)."""
+    return max(16, 8 * len(os.sched_getaffinity(0)))
+
+
+def check_process_count(spec: RunSpec) -> None:
+    """The initial workers start at once (joins come one by one, as others leave)."""
+    limit = local_worker_limit()
+    if len(spec.kinds) > limit:
+        raise UserError(
+            f"--workers starts {len(spec.kinds)} local worker processes at once, more than "
+            f"{limit} on {len(os.sched_getaffinity(0))} CPU cores (use torchrun across machines)"
+        )
+
+
 def check_run(spec: RunSpec) -> Speeds:
     """Validate everything a worker would trip on, before any process starts."""
     config = spec.config  # its own fields are checked already (RunConfig.__post_init__)
     if not spec.kinds:
         raise UserError("--workers names no worker")
+    check_process_count(spec)
     job = load_job(config)
     check_batch(config.batch, job, config.consistency)
     if config.max_micro_batches is not None:  # the planner's own check, before any worker starts

@@ -58,6 +58,7 @@ class Worker:
     log: pathlib.Path
     state: str = "starting"  # starting -> member | leaving -> gone (a lost member: starting)
     kill_at: float | None = None  # a notice's deadline (monotonic seconds)
+    resume_at: float | None = None  # a stalled (SIGSTOPped) worker's SIGCONT time
     cause: str = ""
     declared_lost: bool = False  # silent past the deadline; alive, and may come back
 
@@ -154,6 +155,8 @@ class Controller:
             self.publish_done()
             self.report_unused()
             for w in self.workers.values():
+                if w.resume_at is not None and w.proc.poll() is None:  # still stalled: end it
+                    w.proc.send_signal(signal.SIGCONT)
                 try:
                     w.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
@@ -194,6 +197,10 @@ class Controller:
             if w.kill_at is not None and now >= w.kill_at and w.proc.poll() is None:
                 w.proc.kill()
                 w.cause = "notice deadline passed"
+            if w.resume_at is not None and now >= w.resume_at:
+                w.resume_at = None
+                if w.proc.poll() is None:
+                    w.proc.send_signal(signal.SIGCONT)
         due = [e for e in self.pending if e.due(self.steps_done, elapsed)]
         for e in due:
             self.pending.remove(e)
@@ -221,6 +228,10 @@ class Controller:
             if e.action == "kill":
                 w.cause = "killed (SIGKILL)"
                 w.proc.kill()
+            elif e.action == "stall":  # liveness, not the event, decides what follows
+                w.proc.send_signal(signal.SIGSTOP)
+                w.resume_at = now + e.deadline_s
+                self.say(f"step {self.steps_done}: stalling {w.id} for {e.deadline_s:g}s")
             else:  # notice / leave: SIGTERM, then a hard kill at the deadline
                 w.proc.send_signal(signal.SIGTERM)
                 w.state = "leaving"

@@ -20,6 +20,12 @@ def test_inline_events():
     assert events[3].due(0, 2.5) and not events[3].due(100, 2.0)
 
 
+def test_a_stall_has_a_length():
+    (stall,) = parse_events("step 7: stall random 10s")
+    assert stall == Event("stall", step=7, worker="random", deadline_s=10.0)
+    assert str(stall) == "step 7: stall random 10s"
+
+
 def test_events_file(tmp_path):
     f = tmp_path / "ev.txt"
     f.write_text("# a revocation trace\nstep 4: kill 0\n\nstep 6: add v100  # replacement\n")
@@ -32,7 +38,8 @@ def test_events_file(tmp_path):
         ("step x: kill 1", "cannot parse"),
         ("step 3: explode 1", "cannot parse"),
         ("step 3: kill bob", "bad worker"),
-        ("step 3: kill 1 30s", "only a notice takes a deadline"),
+        ("step 3: kill 1 30s", "only a notice or a stall takes seconds"),
+        ("step 3: stall 1", "a stall needs its length"),
         ("no-such-file.txt", "no such events file"),
     ],
 )

@@ -92,3 +92,14 @@ def test_events_that_cannot_fire_are_named():
     assert [str(e) for e in events][:4] == [
         "step 5: kill w0", "step 30: add k80", "at 3s: add v100", "step 29: leave w1",
     ]  # fmt: skip
+
+
+def test_hundreds_of_local_workers_are_refused_before_any_starts():
+    from types import SimpleNamespace
+
+    from shoal.launcher.spec import check_process_count, local_worker_limit
+
+    limit = local_worker_limit()
+    check_process_count(SimpleNamespace(kinds=["v100"] * limit))  # at the limit: fine
+    with pytest.raises(UserError, match=f"1000 local worker processes at once, more than {limit}"):
+        check_process_count(SimpleNamespace(kinds=["v100"] * 1000))
