@@ -28,11 +28,7 @@ from _common import (
     steady,
     step_periods,
 )
-
-CONFIGS = {
-    "conv": {"micro_batch_size": 32, "global_batch_size": 256},
-    "transformer": {"micro_batch_size": 16, "global_batch_size": 64},
-}
+from step_time import CONFIGS  # the same (b, B) per job as the engine's step-time bench
 
 
 def side_flags(side: str, batch: int, every: int) -> list[str]:

@@ -23,7 +23,7 @@ from shoal.errors import UserError
 
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
-EVENT_KINDS = ("join", "leave", "fail", "notice", "recover")
+EVENT_KINDS = ("join", "leave", "fail", "notice", "stall", "recover")
 
 
 def _drop_none(obj: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The soak, short: kills and joins, a total loss (launcher and workers SIGKILLed) and --resume
 end with the uninterrupted run's digest, losing at most one step per abrupt kill. The full soak
-(2,000 steps, 104 events) is `python bench/soak.py`; its figures are in docs/notes/soak.md."""
+(2,000 steps, over 100 events) is `python bench/soak.py`; its figures are in docs/notes/soak.md."""
 
 import importlib.util
 import pathlib

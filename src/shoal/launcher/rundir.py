@@ -133,14 +133,31 @@ def _tail(path: pathlib.Path, offset: int) -> bytes:
         return f.read()
 
 
+def set_aside_earlier_results(out: pathlib.Path) -> None:
+    """A fresh run in a directory where an earlier one left results but no checkpoint: its
+    metrics and result are renamed `earlier-N-<name>`, with a warning, never overwritten."""
+    found = [out / name for name in (METRICS_FILE, RESULT_FILE) if (out / name).exists()]
+    if not found:
+        return
+    taken = [
+        int(p.name.split("-")[1]) for p in out.glob("earlier-*-*") if p.name.split("-")[1].isdigit()
+    ]
+    n = max(taken, default=0) + 1
+    for path in found:
+        path.rename(out / f"earlier-{n}-{path.name}")
+    names = ", ".join(p.name for p in found)
+    sys.stderr.write(
+        f"shoal: warning: {out} held an earlier run's {names}: kept as earlier-{n}-*\n"
+    )
+
+
 def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
     """Run `run()` (the controller) holding the directory's lock; the run's result. A resume is
     checked first: a finished run is reported, not redone; unusable checkpoints are an error."""
     out = pathlib.Path(config.out)
     with RunLock(out), _sigterm_interrupts():
         if not config.resume:
-            for stale in (METRICS_FILE, RESULT_FILE):  # check_run refused a directory in use
-                (out / stale).unlink(missing_ok=True)
+            set_aside_earlier_results(out)  # check_run refused a directory with checkpoints
             run()
             return json.loads((out / RESULT_FILE).read_text())
         done = finished_result(out, RESULT_FILE, config.steps)

@@ -231,7 +231,7 @@ class Controller:
             elif e.action == "stall":  # liveness, not the event, decides what follows
                 w.proc.send_signal(signal.SIGSTOP)
                 w.resume_at = now + e.deadline_s
-                self.say(f"step {self.steps_done}: stalling {w.id} for {e.deadline_s:g}s")
+                self.event("stall", w, f"SIGSTOP for {e.deadline_s:g}s")
             else:  # notice / leave: SIGTERM, then a hard kill at the deadline
                 w.proc.send_signal(signal.SIGTERM)
                 w.state = "leaving"
@@ -424,5 +424,11 @@ def describe(e: MembershipEvent) -> str:
             f"{at}recovered in {e.recovery_time_s or 0:.2f}s, {lost} step"
             f"{'' if lost == 1 else 's'} lost ({e.detail})"
         )
-    verb = {"join": "joined", "leave": "left", "fail": "lost", "notice": "got a notice"}
+    verb = {
+        "join": "joined",
+        "leave": "left",
+        "fail": "lost",
+        "notice": "got a notice",
+        "stall": "stalled",
+    }
     return f"{at}{who} {verb.get(e.event, e.event)}" + (f": {e.detail}" if e.detail else "")

@@ -23,6 +23,7 @@ from shoal.report.timeline import Timeline, worker_order
 EVENT_STYLE: dict[str, tuple[str, str, str]] = {
     "join": ("^", "#1b9e77", "join"),
     "notice": ("v", "#e7298a", "notice"),
+    "stall": ("D", "#7570b3", "stall (injected)"),
     "leave": ("s", "#e6ab02", "leave (graceful)"),
     "fail": ("X", "#d62728", "failure (abrupt)"),
     "recover": ("o", "#3366cc", "recovery"),

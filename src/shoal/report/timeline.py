@@ -130,8 +130,8 @@ def build_timeline(run: Run) -> Timeline:
     lanes = []
     for worker in worker_order(run):
         mine = [p for p in events if p.event.worker == worker and p.time_s is not None]
-        # a notice or a recovery changes no membership
-        changes = [p for p in mine if p.event.event not in ("recover", "notice")]
+        # a notice, a stall or a recovery changes no membership (a stall may end in a failure)
+        changes = [p for p in mine if p.event.event not in ("recover", "notice", "stall")]
         since: float | None = None
         if worker in initial or (changes and changes[0].event.event != "join"):
             since = start

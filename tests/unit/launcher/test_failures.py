@@ -103,3 +103,9 @@ def test_hundreds_of_local_workers_are_refused_before_any_starts():
     check_process_count(SimpleNamespace(kinds=["v100"] * limit))  # at the limit: fine
     with pytest.raises(UserError, match=f"1000 local worker processes at once, more than {limit}"):
         check_process_count(SimpleNamespace(kinds=["v100"] * 1000))
+
+
+def test_a_stall_is_a_membership_line_and_a_console_line():
+    line = MembershipEvent("stall", "w1", "v100", step=10, detail="SIGSTOP for 8s")
+    assert MembershipEvent.from_json(line.to_json()) == line  # the schema knows the kind
+    assert describe(line) == "step 10: w1 (v100) stalled: SIGSTOP for 8s"

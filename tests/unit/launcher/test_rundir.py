@@ -152,3 +152,18 @@ def test_cli_resume_with_only_corrupt_checkpoints_is_one_line_and_exit_2(tmp_pat
     assert lines[0].startswith("shoal: warning: skipping checkpoint") and "checksum" in lines[0]
     assert lines[-1].startswith("shoal: error: --resume: no usable checkpoint") and len(lines) == 2
     assert not (tmp_path / "logs").exists()  # no worker was started
+
+
+def test_a_fresh_run_keeps_an_earlier_runs_results_aside(tmp_path, capsys):
+    from shoal.launcher.rundir import set_aside_earlier_results
+
+    for n in (1, 2):
+        (tmp_path / "metrics.jsonl").write_text(f"run {n}\n")
+        (tmp_path / "result.json").write_text(f'{{"run": {n}}}')
+        set_aside_earlier_results(tmp_path)
+        assert not (tmp_path / "metrics.jsonl").exists()
+        assert (tmp_path / f"earlier-{n}-metrics.jsonl").read_text() == f"run {n}\n"
+        assert (tmp_path / f"earlier-{n}-result.json").exists()
+    assert "kept as earlier-2-*" in capsys.readouterr().err
+    set_aside_earlier_results(tmp_path)  # nothing left to keep: nothing happens
+    assert len(list(tmp_path.glob("earlier-*"))) == 4
