@@ -48,14 +48,23 @@ class Event:
         return elapsed_s >= self.at_s
 
 
+def _is_file(text: str) -> bool:
+    try:
+        return pathlib.Path(text).is_file()
+    except (OSError, ValueError):  # a name too long for the filesystem, a NUL byte
+        return False
+
+
 def parse_events(text: str, source: str = "--events") -> list[Event]:
-    inline = ":" in text or "\n" in text or ";" in text
+    # a list (a colon, a separator, or words that are no file's name) or a file of events
+    looks_inline = any(c in text for c in ":;\n") or (" " in text.strip())
+    inline = looks_inline and not _is_file(text)
     if inline:
         lines = text.replace("\n", ";").split(";")
     else:
         path = pathlib.Path(text)
-        if not path.is_file():
-            raise UserError(f"{source}: no such events file {text!r}")
+        if not _is_file(text):
+            raise UserError(f"{source}: no such events file {text[:200]!r}")
         source = str(path)
         lines = path.read_text().replace(";", "\n").splitlines()
     events = []

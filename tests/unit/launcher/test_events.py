@@ -41,6 +41,8 @@ def test_events_file(tmp_path):
         ("step 3: kill 1 30s", "only a notice or a stall takes seconds"),
         ("step 3: stall 1", "a stall needs its length"),
         ("no-such-file.txt", "no such events file"),
+        ("kill 1", "cannot parse 'kill 1'"),  # an inline list that forgot its 'step N:'
+        ("step 3 kill 1; step 4: add k80", "cannot parse 'step 3 kill 1'"),
     ],
 )
 def test_bad_events_name_the_problem(text, needle):
