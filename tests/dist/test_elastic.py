@@ -15,7 +15,7 @@ from shoal_testing import DIGITS, free_port, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 HEAVY = ["-o", "micro_batch_size=32", "-o", "global_batch_size=256"]  # M = 8
-STEPS, CHAOS_STEPS = 40, 100
+STEPS, CHAOS_STEPS = 40, 150
 
 
 @pytest.fixture(scope="module")
