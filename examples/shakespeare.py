@@ -7,6 +7,7 @@ text (its first 90 %); the model predicts each next character. `validation_loss`
 on fixed windows of the last 10 %, which no training sample reads.
 """
 
+import functools
 from importlib import resources
 
 import torch
@@ -43,6 +44,7 @@ class Windows(torch.utils.data.Dataset):
         return window[:-1], window[1:]
 
 
+@functools.cache  # read and encoded once per process (make_job, evaluation)
 def splits() -> tuple[Windows, Windows, int]:
     """(training windows, validation windows, vocabulary size): the first 90 % and the rest."""
     ids, vocab = encode(corpus())

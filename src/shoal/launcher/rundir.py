@@ -133,16 +133,20 @@ def _tail(path: pathlib.Path, offset: int) -> bytes:
         return f.read()
 
 
+def next_number(folder: pathlib.Path, prefix: str) -> int:
+    """One more than the largest N among `folder`'s entries named `prefix-N` or `prefix-N-...`
+    (numbered attempts' logs, earlier runs' results): nothing earlier is ever overwritten."""
+    taken = [p.name.split("-")[1] for p in folder.glob(f"{prefix}-*")]
+    return max((int(n) for n in taken if n.isdigit()), default=0) + 1
+
+
 def set_aside_earlier_results(out: pathlib.Path) -> None:
     """A fresh run in a directory where an earlier one left results but no checkpoint: its
     metrics and result are renamed `earlier-N-<name>`, with a warning, never overwritten."""
     found = [out / name for name in (METRICS_FILE, RESULT_FILE) if (out / name).exists()]
     if not found:
         return
-    taken = [
-        int(p.name.split("-")[1]) for p in out.glob("earlier-*-*") if p.name.split("-")[1].isdigit()
-    ]
-    n = max(taken, default=0) + 1
+    n = next_number(out, "earlier")
     for path in found:
         path.rename(out / f"earlier-{n}-{path.name}")
     names = ", ".join(p.name for p in found)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from shoal.console import Progress
 from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
-from shoal.launcher.rundir import resume_hint, wind_down
+from shoal.launcher.rundir import next_number, resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds
 from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
@@ -65,8 +65,7 @@ class Worker:
 
 def attempt_dir(logs: pathlib.Path) -> pathlib.Path:
     """A new numbered folder for this attempt's worker logs: earlier attempts' are kept."""
-    taken = [int(d.name.split("-", 1)[1]) for d in logs.glob("attempt-*") if d.name[8:].isdigit()]
-    path = logs / f"attempt-{max(taken, default=0) + 1}"
+    path = logs / f"attempt-{next_number(logs, 'attempt')}"
     path.mkdir(parents=True)
     return path
 
