@@ -52,6 +52,14 @@ class CheckpointConfig:
             metavar="SECONDS",
         ),
     )
+    keep: int = field(
+        default=3,
+        metadata=_flag(
+            "--checkpoint-keep",
+            "durable checkpoints kept, newest first (0: all of them)",
+            metavar="K",
+        ),
+    )
     dir: str | None = field(
         default=None,
         metadata=_flag(
@@ -64,6 +72,7 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         _at_least(self.every, 0, "--checkpoint-every")
         _at_least(self.seconds, 0, "--checkpoint-seconds")
+        _at_least(self.keep, 0, "--checkpoint-keep")
 
 
 @dataclass(frozen=True)

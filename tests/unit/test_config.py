@@ -83,6 +83,7 @@ def test_resume_is_listed_once_in_help():
         ({"max_micro_batches": 0}, "--max-micro-batches must be >= 1, got 0"),
         ({"checkpoint": {"every": -1}}, "--checkpoint-every must be >= 0, got -1"),
         ({"checkpoint": {"seconds": float("nan")}}, "--checkpoint-seconds must be >= 0"),
+        ({"checkpoint": {"keep": -1}}, "--checkpoint-keep must be >= 0, got -1"),
         ({"emulation": {"host_s": -3.0}}, "SHOAL_EMULATED_HOST_S must be > 0"),
         ({"emulation": {"slowdown": 0.5}}, "SHOAL_SLOWDOWN (slowdown) must be >= 1"),
     ],

@@ -90,6 +90,8 @@ def _manifests(fs: Any, root: str) -> list[tuple[int, str]]:
 
 
 def _prune(fs: Any, root: str, keep: int) -> None:
+    if keep == 0:  # keep them all (e.g. to evaluate every checkpoint of a run afterwards)
+        return
     for _, manifest in _manifests(fs, root)[keep:]:
         for path in (manifest, manifest[: -len(".json")] + ".pt"):
             if fs.exists(path):

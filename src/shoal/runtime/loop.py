@@ -191,7 +191,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     )
     ck = config.checkpoint
     checkpointer = Checkpointer(
-        ck.dir or str(out / "checkpoints"), fingerprint, ck.every, ck.seconds
+        ck.dir or str(out / "checkpoints"), fingerprint, ck.every, ck.seconds, ck.keep
     )
     membership = connect("nccl" if device.type == "cuda" else "gloo", config.peer_timeout_s)
     spool_url = outputs.spool_dir(out)

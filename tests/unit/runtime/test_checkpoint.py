@@ -29,6 +29,12 @@ def test_keeps_only_the_newest(tmp_path):
     ]
 
 
+def test_keep_zero_keeps_every_checkpoint(tmp_path):
+    for s in range(5):
+        save_checkpoint(str(tmp_path), s, state(s), FP, keep=0)
+    assert len(list(tmp_path.glob("*.json"))) == 5
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 def test_damaged_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
     save_checkpoint(str(tmp_path), 5, state(5), FP)
