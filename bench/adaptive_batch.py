@@ -1,7 +1,8 @@
 """Time to accuracy with an adaptive global batch: fixed batches (a sweep) vs jabas, pollux, shoal.
 
     python bench/adaptive_batch.py [--tasks digits,shakespeare] [--seeds 0,1,2]
-        [--workers v100,k80,k80] [--eval-every 20] [--max-steps 600] [--json FILE]
+        [--workers v100,k80,k80] [--eval-every 20] [--max-steps 600] [--exchange pollux|none]
+        [--json FILE]
     python bench/adaptive_batch.py --smoke   # digits, 2 x 2 steps per side, 1 seed: plumbing only
 
 Tasks (this file is also their job file: `shoal run bench/adaptive_batch.py -o task='digits'`):
@@ -23,15 +24,25 @@ Sides, each `shoal run` on the emulated mixed cluster `--workers`, >= 3 seeds:
 Every side scales the learning rate by sqrt(B / B_small) (the fixed sides through the job's `lr`
 option, the adaptive ones through `--lr-scaling sqrt`), so the sides differ only in the batch.
 
-Validation: each run is cut into segments of --eval-every steps (`--steps` grows, `--resume`
-continues bit for bit); after each segment the final checkpoint's model is evaluated on the
-held-out set in this process. Reported per run: steps, samples, wall time (the sum of the
+The emulated cluster (--exchange pollux, the default): one worker per server, and a step's
+gradient exchange costs what Pollux measured for an application of the task's family on three
+single-GPU nodes (its trace's placement "111"; cifar10 for digits, bert for the transformers),
+as a ratio to the compute of the initial step: sync / compute = 1.18 (cifar10) and 1.78 (bert).
+A short calibration run fixes the host's time per micro-batch as every run's yardstick
+(SHOAL_EMULATED_HOST_S) and sets SHOAL_EMULATED_SYNC_S to the ratio x the initial step's
+compute; the adaptive policies' throughput model is told the same (`--batch-sync`).
+`--exchange none`: loopback's exchange only (milliseconds), where a step's time is nearly linear
+in its batch, and a larger batch buys almost no throughput.
+
+Validation: each run is one `shoal run` to --max-steps that keeps a durable checkpoint every
+--eval-every steps (`--checkpoint-every`, `--checkpoint-keep 0`); this process evaluates each on
+the held-out set as it appears (one thread, between the run's steps) and stops the run once one
+meets the target. Reported per run: steps, samples, wall time (the sum of the
 steps' own `step_time_s`: restarts and evaluations excluded) and emulated GPU-seconds (step time
 x workers in the step) to the first evaluation that meets the target, and the final metric;
 per side, mean and spread (min..max) over seeds. Prints one JSON object, then a table.
 
-The adaptive sides need the issue-13 runtime (`shoal run --batch-policy`); where this tree's
-`shoal run` lacks the flag they are skipped with a note. Do not read wall times from a loaded
+Do not read wall times from a loaded
 host: run it alone.
 """
 
@@ -47,7 +58,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
+import numpy as np
 import torch
 
 import shoal
@@ -137,12 +150,13 @@ def evaluate(task: str, model_state: dict) -> float:
         return float(rev.loss_fn(model, (x, y)))
 
 
-def _latest_model(out: pathlib.Path) -> dict:
-    ckpts = sorted((out / "checkpoints").glob("ckpt-*.pt"), key=lambda p: int(p.stem[5:]))
-    return torch.load(ckpts[-1], weights_only=True)["model"]
+def _checkpoints(out: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
+    """The run's complete checkpoints (a manifest is written after its .pt), oldest first."""
+    found = [(int(m.stem[5:]), m.with_suffix(".pt")) for m in out.glob("checkpoints/ckpt-*.json")]
+    return sorted(found)
 
 
-def side_flags(side: str, task: str, args) -> tuple[dict, list[str]]:
+def side_flags(side: str, task: str, args, calibrating=False) -> tuple[dict, list[str]]:
     """(job options, extra `shoal run` flags) of a side."""
     spec = TASKS[task]
     small, large = spec["sweep"][0], spec["sweep"][-1]
@@ -151,35 +165,116 @@ def side_flags(side: str, task: str, args) -> tuple[dict, list[str]]:
         batch = int(side.split("-")[1])
         options.update(global_batch_size=batch, lr=spec["lr"] * math.sqrt(batch / small))
         return options, []
+    assert not calibrating
     options["global_batch_size"] = small
     flags = ["--batch-policy", side, "--batch-bounds", f"{small}:{large}"]
     flags += ["--batch-every", str(args.batch_every), "--lr-scaling", "sqrt"]
+    if args.exchange[task]["sync_micro_batches"]:  # the policy's model knows the exchange
+        flags += ["--batch-sync", f"{args.exchange[task]['sync_micro_batches']:.4f}"]
     return options, flags
 
 
+# The emulated cluster's gradient exchange (--exchange pollux): the Pollux application of the
+# same family, measured on three single-GPU nodes (placement "111": one worker per server, as
+# v100,k80,k80 are) at its initial batch; its exchange / compute ratio is carried over to the
+# task's initial step.
+EXCHANGE_APP = {"digits": "cifar10", "shakespeare": "bert", "reverse": "bert"}
+
+
+def exchange_ratio(app: str) -> float:
+    """Pollux's measured sync time / compute time of one step on 3 nodes x 1 GPU, at the app's
+    initial global batch (interpolated in log local batch, as `perf.profiles` does)."""
+    from shoal.perf.profiles import load_profile
+
+    profile = load_profile(app)
+    curve, local = profile.curves[(3, 3)], math.log(profile.init_batch_size / 3)
+    xs = [math.log(x) for x in curve.local_bsz]
+    step = float(np.interp(local, xs, curve.step_time_s))
+    sync = float(np.interp(local, xs, curve.sync_time_s))
+    return sync / (step - sync)
+
+
+def calibrate(task: str, args) -> dict:
+    """The emulated exchange of `task` on --workers: the host's time per micro-batch (median of
+    the fastest worker's over a short run at the initial batch) is fixed as every run's
+    yardstick (SHOAL_EMULATED_HOST_S), and the exchange is the ratio x the initial step's
+    compute (its makespan in the fastest kind's micro-batches) (SHOAL_EMULATED_SYNC_S)."""
+    if args.exchange_mode == "none":
+        return {"env": {}, "sync_micro_batches": 0.0}
+    from shoal.perf import step_time
+    from shoal.perf.devices import load_devices
+
+    spec, devices = TASKS[task], load_devices()
+    options, _ = side_flags(f"fixed-{spec['sweep'][0]}", task, args, calibrating=True)
+    out = pathlib.Path(tempfile.mkdtemp(prefix=f"shoal-ab-{task}-calibrate-"))
+    cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
+    steps = 8 if args.smoke else 40
+    cmd += ["--workers", args.workers, "--steps", str(steps), "--out", str(out)]
+    for key, value in options.items():
+        cmd += ["--option", f"{key}={value!r}"]
+    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    times = [
+        w["micro_batch_time_s"]
+        for r in rows[steps // 4 :]  # past the first steps' warm-up
+        if r.get("kind") == "step"
+        for w in r["workers"]
+        if w.get("micro_batch_time_s") and w["device"] == args.workers.split(",")[0]
+    ]
+    host_s = statistics.median(times)
+    priors = [1 / devices.workload_speed(k, None) for k in devices.parse_workers(args.workers)]
+    seconds = [p / min(priors) for p in priors]
+    m0 = spec["sweep"][0] // spec["b"]
+    initial = step_time.step_seconds(step_time.split(m0, seconds), seconds)
+    ratio = exchange_ratio(EXCHANGE_APP[task])
+    sync = ratio * initial  # in the fastest kind's micro-batches
+    return {
+        "env": {
+            "SHOAL_EMULATED_HOST_S": f"{host_s:.6f}",
+            "SHOAL_EMULATED_SYNC_S": f"{sync * host_s:.6f}",
+        },
+        "sync_micro_batches": sync,
+        "app": EXCHANGE_APP[task],
+        "ratio": ratio,
+        "host_s": host_s,
+    }
+
+
 def run_side(side: str, task: str, seed: int, args) -> dict:
-    """One seeded run of a side, evaluated every --eval-every steps until the target or the
-    step budget; the per-run figures."""
+    """One seeded run of a side: one `shoal run` to --max-steps that keeps a checkpoint every
+    --eval-every steps; each is evaluated here as it appears, and the run is stopped (SIGTERM)
+    once one meets the target. The per-run figures."""
     options, flags = side_flags(side, task, args)
     options["seed"] = seed
     out = pathlib.Path(tempfile.mkdtemp(prefix=f"shoal-ab-{task}-{side}-"))
     target, better = args.targets[task], TASKS[task]["metric"]
-    evals, steps = [], 0
-    while steps < args.max_steps:
-        steps = min(args.max_steps, steps + args.eval_every)
-        cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
-        cmd += ["--workers", args.workers, "--steps", str(steps), *flags]
-        cmd += ["--resume" if evals else "--out", str(out)]
-        for key, value in options.items():
-            cmd += ["--option", f"{key}={value!r}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-        metric = evaluate(task, _latest_model(out))
-        evals.append((steps, metric))
-        met = (metric >= target) if better == "accuracy" else (metric <= target)
-        if met and not args.smoke:  # the smoke run keeps going: it checks --resume too
+    cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
+    cmd += ["--workers", args.workers, "--steps", str(args.max_steps), "--out", str(out), *flags]
+    cmd += ["--checkpoint-every", str(args.eval_every), "--checkpoint-keep", "0"]
+    cmd += ["--checkpoint-seconds", "0"]
+    for key, value in options.items():
+        cmd += ["--option", f"{key}={value!r}"]
+    log = open(out / "bench.log", "w")  # noqa: SIM115 (closed below)
+    env = os.environ | args.exchange[task]["env"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    evals, met = [], False
+    while not met:
+        finished = proc.poll() is not None  # read before the checkpoints: none is missed
+        for step, path in _checkpoints(out)[len(evals) :]:
+            state = torch.load(path, weights_only=True)
+            evals.append((step, evaluate(task, state["model"])))
+            met = (evals[-1][1] >= target) if better == "accuracy" else (evals[-1][1] <= target)
+            if met and not args.smoke:  # the smoke run goes on: it checks the whole stream
+                proc.terminate()
+                break
+            met = False
+        if finished:
             break
+        time.sleep(0.2)
+    code = proc.wait()
+    log.close()
+    if code != 0 and not met:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{(out / 'bench.log').read_text()[-2000:]}")
     return summarise(out, evals, target, better)
 
 
@@ -217,14 +312,6 @@ def aggregate(runs: list[dict]) -> dict:
     return agg
 
 
-def has_batch_policy() -> bool:
-    env = dict(os.environ)
-    done = subprocess.run(
-        [sys.executable, "-m", "shoal", "run", "--help"], capture_output=True, text=True, env=env
-    )
-    return "--batch-policy" in done.stdout
-
-
 def best_fixed(sides: dict[str, dict]) -> str | None:
     """The sweep's side with the lowest mean wall time to target among those always reaching it."""
     ok = [
@@ -247,7 +334,16 @@ def _fmt(stat, digits=1):
 def table(results: dict) -> str:
     lines = []
     for task, res in results["tasks"].items():
-        lines.append(f"\n{task} (target {res['target']}; best fixed: {res['best_fixed']})")
+        ex = res["exchange"]
+        exchange = (
+            f"exchange {ex['sync_micro_batches']:.2f} micro-batches ({ex['app']}'s ratio "
+            f"{ex['ratio']:.2f}; host {ex['host_s'] * 1e3:.2f} ms per micro-batch)"
+            if ex["sync_micro_batches"]
+            else "no emulated exchange"
+        )
+        lines.append(
+            f"\n{task} (target {res['target']}; best fixed: {res['best_fixed']}; {exchange})"
+        )
         lines.append("| side | reached | steps | samples | wall s | GPU-s | final metric |")
         lines.append("|---|---|---|---|---|---|---|")
         for side, agg in res["sides"].items():
@@ -372,9 +468,18 @@ def main() -> None:
         "--smoke", action="store_true", help="digits, one seed, 2 x 2 steps per side, target 0"
     )
     p.add_argument("--json", default=None, help="also write the JSON object here")
+    p.add_argument(
+        "--exchange",
+        dest="exchange_mode",
+        choices=("pollux", "none"),
+        default="pollux",
+        help="the emulated cluster's gradient exchange: Pollux's measured ratio (default) or "
+        "none (loopback's)",
+    )
     p.add_argument("--toy", action="store_true", help="the model study only (numpy, seconds)")
     p.add_argument("--toy-target", type=float, default=1.5e-4)
     args = p.parse_args()
+    torch.set_num_threads(1)  # the evaluations share the host with the run's workers
     if args.toy:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(16))
         sides = toy_study(seeds, args.toy_target, args.batch_every)
@@ -391,22 +496,21 @@ def main() -> None:
         "shakespeare": args.target_shakespeare,
         "reverse": args.target_reverse,
     }
-    adaptive_ok = has_batch_policy()
-    results = {"workers": args.workers, "tasks": {}, "notes": []}
-    if not adaptive_ok:
-        results["notes"].append("adaptive sides skipped: `shoal run` has no --batch-policy yet")
+    results = {"workers": args.workers, "exchange": args.exchange_mode, "tasks": {}, "notes": []}
+    args.exchange = {}
     for task in args.tasks.split(","):
+        args.exchange[task] = calibrate(task, args)
         sweep = [f"fixed-{b}" for b in TASKS[task]["sweep"]]
         if args.smoke:
             sweep = [sweep[0], sweep[-1]]
         sides = args.sides.split(",") if args.sides else sweep + list(ADAPTIVE)
-        sides = [s for s in sides if adaptive_ok or s not in ADAPTIVE]
         per_side = {}
         for side in sides:
             runs = [run_side(side, task, int(seed), args) for seed in args.seeds.split(",")]
             per_side[side] = aggregate(runs) | {"runs": runs}
         results["tasks"][task] = {
             "target": args.targets[task],
+            "exchange": {k: v for k, v in args.exchange[task].items() if k != "env"},
             "sides": per_side,
             "best_fixed": best_fixed(per_side),
         }

@@ -78,12 +78,15 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class EmulationConfig:
     """How a CPU worker emulates a device kind: run `slowdown` times slower than measured, or
-    (a fixed yardstick for benchmarks) take `host_s` seconds per micro-batch at slowdown 1.
-    Not flags: `shoal run` sets the slowdown per worker from the catalog; a torchrun user or a
-    bench sets SHOAL_SLOWDOWN / SHOAL_EMULATED_HOST_S (see docs/environment.md)."""
+    (a fixed yardstick for benchmarks) take `host_s` seconds per micro-batch at slowdown 1;
+    and, for an emulated cluster whose gradient exchange is slower than loopback's, add
+    `sync_s` seconds to every step. Not flags: `shoal run` sets the slowdown per worker from
+    the catalog; a torchrun user or a bench sets SHOAL_SLOWDOWN / SHOAL_EMULATED_HOST_S /
+    SHOAL_EMULATED_SYNC_S (see docs/environment.md)."""
 
     slowdown: float = 1.0
     host_s: float | None = None
+    sync_s: float = 0.0  # the emulated cluster's gradient exchange: seconds added to each step
 
     def __post_init__(self) -> None:
         # the same bounds as the Pacer's, checked here so that `shoal run` refuses them up front
@@ -91,6 +94,8 @@ class EmulationConfig:
             raise UserError(f"SHOAL_SLOWDOWN (slowdown) must be >= 1, got {self.slowdown}")
         if self.host_s is not None and not self.host_s > 0:
             raise UserError(f"SHOAL_EMULATED_HOST_S must be > 0 seconds, got {self.host_s}")
+        if not self.sync_s >= 0:
+            raise UserError(f"SHOAL_EMULATED_SYNC_S must be >= 0 seconds, got {self.sync_s}")
 
     @classmethod
     def from_environ(cls, environ: dict[str, str] | None = None) -> EmulationConfig:
@@ -99,9 +104,12 @@ class EmulationConfig:
             slowdown = float(env.get("SHOAL_SLOWDOWN") or 1.0)
             fixed = env.get("SHOAL_EMULATED_HOST_S")
             host_s = float(fixed) if fixed else None
+            sync_s = float(env.get("SHOAL_EMULATED_SYNC_S") or 0.0)
         except ValueError as exc:
-            raise UserError(f"SHOAL_EMULATED_HOST_S / SHOAL_SLOWDOWN: {exc}") from None
-        return cls(slowdown, host_s)
+            raise UserError(
+                f"SHOAL_EMULATED_HOST_S / SHOAL_EMULATED_SYNC_S / SHOAL_SLOWDOWN: {exc}"
+            ) from None
+        return cls(slowdown, host_s, sync_s)
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,16 @@ class BatchConfig:
             metavar="KINDS",
         ),
     )
+    sync: float = field(
+        default=0.0,
+        metadata=_flag(
+            "--batch-sync",
+            "per-step gradient synchronisation in the policy's throughput model, in micro-batch "
+            "times of the reference's fastest kind (default 0; e.g. 1.4: a step's exchange "
+            "takes 1.4 micro-batches' compute)",
+            metavar="MICRO_BATCHES",
+        ),
+    )
     options: tuple[str, ...] = field(
         default=(),
         metadata=_flag(
@@ -164,6 +182,7 @@ class BatchConfig:
 
     def __post_init__(self) -> None:
         _at_least(self.every, 1, "--batch-every")
+        _at_least(self.sync, 0, "--batch-sync")
         object.__setattr__(self, "options", tuple(self.options))
 
 

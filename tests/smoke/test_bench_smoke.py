@@ -56,7 +56,7 @@ def test_batch_stats_overhead():
 
 
 def test_adaptive_batch():
-    # one adaptive side, two segments (the second through --resume)
+    # one adaptive side, one run evaluated at each of its two checkpoints
     result = json_lines(run(["bench/adaptive_batch.py", "--smoke", "--sides", "jabas"]).stdout)[0]
     (side,) = result["tasks"]["digits"]["sides"].values()
     (one,) = side["runs"]

@@ -102,7 +102,7 @@ class AdaptiveBatch:
         config: BatchConfig,
         job: Job,
         consistency: str,
-        throughput_model: Callable[[int, list[float]], Callable[[int], float]],
+        throughput_model: Callable[[int, list[float], float], Callable[[int], float]],
     ):
         self.policy = policy_for(config, job, consistency)
         self.job = job
@@ -112,7 +112,9 @@ class AdaptiveBatch:
         self.throughput = None  # a fixed batch needs no model (nor the device table)
         if self.measuring:
             priors = reference_priors(config.reference, job)
-            self.throughput = throughput_model(job.micro_batch_size, priors)
+            # the per-step exchange in the same prior units: --batch-sync fastest micro-batches
+            sync = config.sync * min(priors)
+            self.throughput = throughput_model(job.micro_batch_size, priors, sync)
 
     def context(self, cap_micro_batches: int | None) -> BatchContext:
         return BatchContext(

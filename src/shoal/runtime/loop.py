@@ -180,7 +180,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         job,
         device,
         consistency=config.consistency,
-        pacer=Pacer(config.emulation.slowdown, config.emulation.host_s),
+        pacer=Pacer(config.emulation.slowdown, config.emulation.host_s, config.emulation.sync_s),
         replan_every=config.replan_every,
         max_micro_batches=config.max_micro_batches,
         batch=config.batch,

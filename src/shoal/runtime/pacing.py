@@ -24,6 +24,11 @@ A benchmark that compares runs fixes the yardstick instead (`host_s`, or the env
 variable SHOAL_EMULATED_HOST_S for `shoal run`), so that an emulated kind has the same speed
 in every run whatever the host's load: pacing against each run's own measurement would make
 a K80 slower in a run where the workers contend more for the host's cores.
+
+An emulated cluster's gradient exchange can be slower than loopback's (servers on separate
+nodes: Pollux measured a step's exchange on three single-GPU nodes at 1.4x (ResNet-18) to 1.8x
+(BERT) the compute of its local batch). `sync_s` (SHOAL_EMULATED_SYNC_S) adds that time to
+every step, after the step's collective, on every worker alike.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ SPIN_S = 0.002  # the end of a wait is spun, not slept (see _wait)
 class Pacer:
     slowdown: float = 1.0
     host_s: float | None = None  # a fixed host time per micro-batch; None: measured in the run
+    sync_s: float = 0.0  # the emulated cluster's gradient exchange, beyond loopback's, per step
     _recent: collections.deque = field(
         default_factory=lambda: collections.deque(maxlen=WINDOW), init=False
     )
@@ -50,6 +56,8 @@ class Pacer:
             raise ValueError(f"slowdown must be >= 1, got {self.slowdown}")
         if self.host_s is not None and not self.host_s > 0:
             raise ValueError(f"host_s must be > 0, got {self.host_s}")
+        if not self.sync_s >= 0:
+            raise ValueError(f"sync_s must be >= 0, got {self.sync_s}")
 
     def observe(self, host_s: float) -> None:
         """Record a step's host time per micro-batch (the group's fastest worker's)."""
@@ -69,6 +77,13 @@ class Pacer:
         if target_s > elapsed_s:
             _wait(target_s - elapsed_s)
         return max(elapsed_s, target_s)
+
+    def exchange(self) -> None:
+        """Wait out the emulated exchange: every worker of the step waits the same `sync_s`
+        once its collective is done, so the step takes that much longer, and no worker's
+        seconds per micro-batch (what the planner and the yardstick measure) include it."""
+        if self.sync_s > 0:
+            _wait(self.sync_s)
 
     def pad(self, num_micro_batches: int, elapsed_s: float) -> float:
         """Sleep until `num_micro_batches` micro-batches, computed in `elapsed_s`, have taken

@@ -186,6 +186,7 @@ class Trainer:
                 if outcome is not None or redone >= MAX_PASSES:
                     break
                 redone += 1  # a gradient exceeded its fixed-point bound: probe, then sum again
+            self.pacer.exchange()  # an emulated cluster's slower exchange (none by default)
             skip = check_step(self, outcome and outcome.losses, mine, plan.num_micro_batches)
         except (PeerFailure, NonFiniteStep):
             self.reducer.load_state_dict(bounds)  # back to this step's start, bit for bit

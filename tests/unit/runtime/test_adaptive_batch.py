@@ -177,3 +177,14 @@ def test_flags_override_the_jobs_choice():
     assert RunConfig.from_json(config.to_json()) == config
     with pytest.raises(ValueError, match="--consistency exact"):
         policy_for(dataclasses.replace(BatchConfig(), policy="jabas"), make_job(), "fast")
+
+
+def test_a_per_step_exchange_in_the_model_favours_larger_batches():
+    # with no exchange, 64 samples take 4x the time of 16 (one worker, 4 micro-batches each):
+    # equal throughput; an exchange of 2 micro-batches' time makes 64 twice as fast per sample
+    plain = Trainer(make_job(), batch=BatchConfig(policy="pollux")).batch.throughput
+    synced = Trainer(make_job(), batch=BatchConfig(policy="pollux", sync=2.0)).batch.throughput
+    assert plain(64) == pytest.approx(plain(16))
+    assert synced(64) / synced(16) == pytest.approx((4 + 2) / (16 + 2) * 4)
+    with pytest.raises(ValueError, match="--batch-sync must be >= 0"):
+        BatchConfig(sync=-1.0)

@@ -69,3 +69,16 @@ def test_wait_out_counts_host_work_done_inside_the_emulated_time():
     assert pacer.wait_out(0.01, 0.03) == 0.03
     assert Pacer(1.0).target_s(1) is None  # no kind: nothing to wait out
     assert Pacer(3.0).target_s(1) is None  # no yardstick yet
+
+
+def test_the_emulated_exchange_adds_its_time_once_per_call(monkeypatch):
+    assert Pacer(1.0).sync_s == 0.0
+    pacer = Pacer(1.0, sync_s=0.03)
+    t0 = time.perf_counter()
+    pacer.exchange()
+    assert time.perf_counter() - t0 >= 0.03
+    monkeypatch.setenv("SHOAL_EMULATED_SYNC_S", "0.02")
+    assert EmulationConfig.from_environ().sync_s == 0.02
+    monkeypatch.setenv("SHOAL_EMULATED_SYNC_S", "-1")
+    with pytest.raises(UserError, match="SHOAL_EMULATED_SYNC_S must be >= 0"):
+        EmulationConfig.from_environ()
