@@ -276,7 +276,14 @@ class _Run:
             return False
         self.servers[lease.server] = _Server(lease)
         self.ledger.open(lease.server, kind, lease.usd_per_hour, self.t)
-        self.log("request", server=lease.server, ready_s=lease.ready_s)
+        self.log(
+            "request",
+            server=lease.server,
+            kind=kind,
+            tier=tier,
+            usd_per_hour=lease.usd_per_hour,
+            ready_s=lease.ready_s,
+        )
         self.push(lease.ready_s, "ready", lease.server)
         if math.isfinite(lease.revoke_at_s):
             leave_s = lease.revoke_at_s - (lease.notice_s or 0.0)
@@ -288,7 +295,7 @@ class _Run:
         s = self.servers.pop(server)
         self.ledger.close(server, self.t)
         self.provider.release(server, self.t)
-        self.log("release", server=server)
+        self.log("close", server=server, cause="released")
         if s.joined:
             self.change()
 
@@ -385,6 +392,7 @@ class _Run:
             self.on_leave(server)
             del self.servers[server]
             self.ledger.close(server, self.t)
+            self.log("close", server=server, cause="revoked")
 
     def on_checkpoint(self) -> None:
         if self.members():
@@ -446,6 +454,7 @@ class _Run:
         for server in list(self.servers):
             if self.ledger.is_open(server):
                 self.ledger.close(server, self.t)
+                self.log("close", server=server, cause="end")
         self.log("end", step=self.sc.steps)
         return ScenarioResult(
             time_s=self.t,
