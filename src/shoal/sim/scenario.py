@@ -348,9 +348,10 @@ class _Run:
 
     def rollback(self, to_step: int) -> None:
         """Resume from the durable checkpoint at `to_step`: what came after it is lost."""
-        self.lost += max(0.0, self.progress - to_step)
-        self.log("rollback", from_step=self.progress, to_step=to_step)
-        self.progress = float(to_step)
+        if self.progress > to_step:
+            self.lost += self.progress - to_step
+            self.log("rollback", from_step=self.progress, to_step=to_step)
+            self.progress = float(to_step)
 
     def on_leave(self, server: str) -> None:
         """A revocation reaches the run: at the notice, or at the revocation without one."""
