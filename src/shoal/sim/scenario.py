@@ -14,14 +14,15 @@ all while a membership change is under way. A change (a join after the server's 
 leave, a revocation) pauses training for change_cost_s; changes at the same instant are one. A
 revocation with notice takes the server out at the notice, losing nothing else; without notice
 the in-flight (partial) step is lost too. The scaler re-decides every scale_every_s, on each
-revocation and at each batch change; with `autoscale` off the initial mix is held and a revoked
-server is replaced by one of the same (kind, tier). When no server is left, the run falls back
-to the last durable checkpoint -- written every `checkpoint_every_s` at the step reached then,
-and by the last worker as it leaves when it had a notice (as the live runtime does) -- and
-resumes when capacity returns. `restart_from_checkpoint` models SkyPilot's managed spot
-strategy instead: any revocation tears the whole set down and restarts the job from the last
-periodic checkpoint on a fresh set. Billing goes through `cluster.ledger.CostLedger`, per
-second from request to release or revocation, one account per kind.
+revocation and at each batch change (and, after a refused request, as soon as a revocation frees
+quota: a noticed server holds its slot until it is gone); with `autoscale` off the initial mix
+is held and a revoked server is replaced by one of the same (kind, tier). When no server is
+left, the run falls back to the last durable checkpoint -- written every `checkpoint_every_s` at
+the step reached then, and by the last worker as it leaves when it had a notice (as the live
+runtime does) -- and resumes when capacity returns. `restart_from_checkpoint` models SkyPilot's
+managed spot strategy instead: any revocation tears the whole set down and restarts the job from
+the last periodic checkpoint on a fresh set. Billing goes through `cluster.ledger.CostLedger`,
+per second from request to release or revocation, one account per kind.
 """
 
 from __future__ import annotations
@@ -233,6 +234,7 @@ class _Run:
         self.ckpt_step = 0
         self.revocations = self.changes = self.seq = 0
         self.lost = 0.0
+        self.short = False  # a request was refused: retry as soon as a server is revoked
         self.events: list[dict] = []
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -273,6 +275,7 @@ class _Run:
         lease = self.provider.request(kind, tier, self.t)
         if lease is None:
             self.log("no_capacity", kind=kind, tier=tier)
+            self.short = True
             return False
         self.servers[lease.server] = _Server(lease)
         self.ledger.open(lease.server, kind, lease.usd_per_hour, self.t)
@@ -314,6 +317,7 @@ class _Run:
                     break
 
     def decide(self, why: str) -> None:
+        self.short = False
         if not self.sc.autoscale:
             self.apply(self.want)
             return
@@ -394,6 +398,8 @@ class _Run:
             del self.servers[server]
             self.ledger.close(server, self.t)
             self.log("close", server=server, cause="revoked")
+            if self.short:  # the revoked server held quota a refused request was waiting for
+                self.decide("capacity")
 
     def on_checkpoint(self) -> None:
         if self.members():
