@@ -80,6 +80,17 @@ def test_without_notice_only_the_in_flight_step_is_lost(tmp_path):
     assert 0 < result.lost_steps < result.revocations  # under one step per revocation
 
 
+def test_a_server_revoked_while_it_boots_never_joins(tmp_path):
+    # spot servers that die on arrival (noticed 30 s before): each is replaced, none joins, so
+    # the run is the on-demand K80 alone: 60 + 5 + 100 x 4.5 s, one membership change
+    sc = scenario(tmp_path, lifetime=0, initial={"k80:on_demand": 1, "k80:spot": 1})
+    result = simulate(sc)
+    assert result.time_s == pytest.approx(515.0)
+    assert (result.changes, result.lost_steps) == (1, 0.0)
+    assert result.revocations == 17  # noticed at 30, 60, ..., 510 s
+    assert not any(e["event"] == "join" and "spot" in e["server"] for e in result.events)
+
+
 def test_every_spot_server_revoked_at_once(tmp_path):
     # both revoked at 1060 s: 398 steps done, the checkpoint of t=600 s holds step 214; the
     # replacements join at 1120 s (5 s change) and do the 286 steps left before their own end
