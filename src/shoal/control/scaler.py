@@ -6,7 +6,8 @@ is a count per (kind, tier), at most `max_servers` in all and at most each offer
 judged by a prediction of the rest of the run:
 
 - compute time: the remaining steps at the forecast global batch, each at the shared step-time
-  model's seconds per step on the mix's GPUs (`inp.step_time`, `sim.scenario.step_time_model`);
+  model's seconds per step on the mix's GPUs (`inp.step_time`: `profile_step_time` below, which
+  both drivers pass in, the simulator through `sim.scenario.step_time_model`);
 - revocations: a spot server of kind k is revoked at rate r_k (`revocation_rate`); each costs
   its leave and its replacement's join (2 x change_cost_s), the in-flight step when there is no
   notice, and the replacement's start-up at the reduced speed of the mix without it. With lam =
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from shoal.cluster.provider import Offer
 from shoal.cluster.revocation import GCE_MAX_LIFETIME_S, RevocationModel
 from shoal.errors import UserError
+from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import load_devices
 
 EXACT_LIMIT = 20000  # mixes evaluated one by one at most; beyond, the local search
@@ -86,6 +88,32 @@ def revocation_rate(model: RevocationModel, kind: str) -> float:
     revoked = sum(1 for life in lives if life < GCE_MAX_LIFETIME_S)
     exposure = sum(min(life, GCE_MAX_LIFETIME_S) for life in lives)
     return revoked / exposure if revoked and exposure > 0 else 0.0
+
+
+def profile_step_time(
+    micro_batch_size: int, host_s: float, slowdowns: Mapping[str, float], step_overhead_s: float
+) -> Callable[[Mapping[str, int], int], float]:
+    """(GPUs per kind, global batch) -> seconds per step of a job profiled as `host_s` seconds
+    per micro-batch on the fastest kind (x `slowdowns[kind]` on others) plus `step_overhead_s`:
+    the shared step-time model (`perf.step_time`: the plan's min-makespan split of
+    ceil(batch / micro_batch_size) micro-batches, its makespan, + the overhead). The one step-time
+    model of both drivers (`sim.scenario.step_time_model` and the live run). Memoised."""
+    memo: dict[tuple, float] = {}
+
+    def step_time(gpus: Mapping[str, int], batch: int) -> float:
+        key = (tuple(sorted((k, n) for k, n in gpus.items() if n > 0)), int(batch))
+        if key not in memo:
+            unknown = [k for k, _ in key[0] if k not in slowdowns]
+            if unknown:
+                raise UserError(f"no slowdown for device kind {unknown[0]!r}")
+            seconds = [host_s * slowdowns[k] for k, n in key[0] for _ in range(n)]
+            if not seconds:
+                return math.inf
+            plan = perf_step_time.split(-(-key[1] // micro_batch_size), seconds)
+            memo[key] = perf_step_time.step_seconds(plan, seconds, step_overhead_s)
+        return memo[key]
+
+    return step_time
 
 
 class _Model:

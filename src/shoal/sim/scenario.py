@@ -35,9 +35,8 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
-from shoal.control.scaler import Goal, Scaler, ScalerInput, revocation_rate
+from shoal.control.scaler import Goal, Scaler, ScalerInput, profile_step_time, revocation_rate
 from shoal.errors import UserError
-from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import TIERS, load_devices
 
 HORIZON_S = 30 * 86400.0  # emulated time after which a run that has not finished is an error
@@ -165,26 +164,12 @@ def _slowdowns(sc: Scenario, kinds: tuple[str, ...]) -> dict[str, float]:
 
 
 def step_time_model(sc: Scenario) -> Callable[[Mapping[str, int], int], float]:
-    """(GPUs per kind, global batch) -> seconds per step: the shared step-time model's split
-    (`perf.step_time`, the one the rebalancer plans with) of ceil(batch / micro_batch_size)
-    micro-batches over the GPUs at host_s x slowdown each, plus the per-step overhead."""
+    """(GPUs per kind, global batch) -> seconds per step of the scenario's job: the scaler's
+    `profile_step_time` (the shared step-time model's split of ceil(batch / micro_batch_size)
+    micro-batches over GPUs at host_s x slowdown each, plus the per-step overhead). The live
+    run calls `profile_step_time` with the same numbers (the launcher may not import `sim`)."""
     slow = _slowdowns(sc, provider_from_config(sc.provider).kinds)
-    memo: dict[tuple, float] = {}
-
-    def step_time(gpus: Mapping[str, int], batch: int) -> float:
-        key = (tuple(sorted((k, n) for k, n in gpus.items() if n > 0)), int(batch))
-        if key not in memo:
-            unknown = [k for k, _ in key[0] if k not in slow]
-            if unknown:
-                raise UserError(f"scenario: no slowdown for kind {unknown[0]!r}")
-            seconds = [sc.host_s * slow[k] for k, n in key[0] for _ in range(n)]
-            if not seconds:
-                return math.inf
-            plan = perf_step_time.split(-(-key[1] // sc.micro_batch_size), seconds)
-            memo[key] = perf_step_time.step_seconds(plan, seconds, sc.step_overhead_s)
-        return memo[key]
-
-    return step_time
+    return profile_step_time(sc.micro_batch_size, sc.host_s, slow, sc.step_overhead_s)
 
 
 @dataclass(frozen=True)
