@@ -35,7 +35,14 @@ from dataclasses import MISSING, dataclass, field, fields
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
-from shoal.control.scaler import Goal, Scaler, ScalerInput, profile_step_time, revocation_rate
+from shoal.control.scaler import (
+    Goal,
+    Scaler,
+    ScalerInput,
+    check_goal,
+    profile_step_time,
+    revocation_rate,
+)
 from shoal.errors import UserError
 from shoal.perf.devices import TIERS, load_devices
 
@@ -301,27 +308,29 @@ class _Run:
                 if not self.acquire(*key):
                     break
 
-    def decide(self, why: str) -> None:
-        self.short = False
-        if not self.sc.autoscale:
-            self.apply(self.want)
-            return
-        offers = self.provider.offers(self.t)
-        if not offers and not self.held():
-            self.log("no_capacity", why=why)
-            return
-        inp = ScalerInput(
+    def scaler_input(self) -> ScalerInput:
+        return ScalerInput(
             now_s=self.t,
             steps_done=int(self.progress),
             steps_total=self.sc.steps,
             batch_at=self.sc.batch_at,
             step_time=self.step_time,
-            offers=offers,
+            offers=self.provider.offers(self.t),
             held=self.held(),
             spent_usd=self.spent(),
             change_cost_s=self.sc.change_cost_s,
             revocations_per_s=self.rates.__getitem__,
         )
+
+    def decide(self, why: str) -> None:
+        self.short = False
+        if not self.sc.autoscale:
+            self.apply(self.want)
+            return
+        inp = self.scaler_input()
+        if not inp.offers and not inp.held:
+            self.log("no_capacity", why=why)
+            return
         mix = self.scaler.decide(inp)
         self.log("decide", why=why, mix=mix.describe(), finish_s=mix.finish_s, usd=mix.cost_usd)
         self.apply(mix.counts)
@@ -413,6 +422,10 @@ class _Run:
         self.t = t
 
     def run(self) -> ScenarioResult:
+        if (
+            self.sc.autoscale
+        ):  # as the live run does before it starts: an impossible goal is an error
+            check_goal(self.scaler.goal, self.scaler_input(), self.sc.max_servers)
         self.decide("start")
         self.push(self.sc.scale_every_s, "tick")
         self.push(self.sc.checkpoint_every_s, "checkpoint")

@@ -146,6 +146,15 @@ def test_deterministic_and_the_local_search_finds_the_exact_answer(monkeypatch):
     assert sum(exact.counts.values()) > 1 and exact.finish_s <= 4000
 
 
+def test_profile_step_time_is_the_shared_split():
+    model = scaler_mod.profile_step_time(32, 1.0, {"v100": 1.0, "k80": 2.0}, 0.5)
+    # 8 micro-batches on a V100 (1 s each) and a K80 (2 s): 6 and 2 -> 6 s, + 0.5 s
+    assert model({"v100": 1, "k80": 1}, 256) == 6.5
+    assert model({"k80": 1}, 33) == 4.5 and model({}, 64) == float("inf")
+    with pytest.raises(UserError, match="no slowdown for device kind 'p100'"):
+        model({"p100": 1}, 64)
+
+
 def test_revocation_rate():
     assert revocation_rate(NoRevocations(), "k80") == 0.0
     assert revocation_rate(TraceRevocations((100.0,)), "k80") == pytest.approx(0.01)

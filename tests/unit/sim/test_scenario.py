@@ -151,10 +151,9 @@ def test_ledger_total_equals_a_recomputation_from_the_events(tmp_path):
 
 def autoscaled(provider=None, **extra):
     fields = dict(steps=600, batch=((0, 64), (300, 128)), autoscale=True, initial={})
+    fields["goal"] = {"deadline_s": 4 * 3600.0}
     return scenario(
-        provider={"kinds": "k80,v100", "seed": 1, **(provider or {})},
-        goal={"deadline_s": 4 * 3600.0},
-        **{**fields, **extra},
+        provider={"kinds": "k80,v100", "seed": 1, **(provider or {})}, **{**fields, **extra}
     )
 
 
@@ -174,6 +173,13 @@ def test_an_outage_steers_the_scaler_to_another_offer():
     result = simulate(autoscaled(provider={"outages": outage}))
     tiers = {(e["kind"], e["tier"]) for e in result.events if e["event"] == "request"}
     assert tiers and ("k80", "spot") not in tiers
+
+
+def test_an_impossible_goal_is_refused_before_the_run():
+    with pytest.raises(UserError, match="deadline 600 s is impossible: the fastest feasible"):
+        simulate(autoscaled(goal={"deadline_s": 600.0}))
+    with pytest.raises(UserError, match="below one step"):
+        simulate(autoscaled(goal={"budget_usd": 1e-6}))
 
 
 def test_json_round_trip_and_bad_scenarios(tmp_path):
