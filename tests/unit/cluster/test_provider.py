@@ -149,3 +149,13 @@ def test_provider_from_config_dict(tmp_path):
     assert provider.request("v100", "on_demand", 5.0) is None
     with pytest.raises(UserError, match="unknown device kind"):
         provider_from_config({"kinds": ["k80", "a100"]})
+
+
+def test_the_shipped_bamboo_trace_loads_as_the_revocation_module_reads_it():
+    from importlib import resources
+
+    from shoal.cluster.revocation import load_bamboo_trace
+
+    path = resources.files("shoal.data").joinpath("preemption", "bamboo", "p3-trace.csv")
+    (model,) = load_spot_trace(str(path)).values()
+    assert model.lifetimes_s == load_bamboo_trace("p3").lifetimes_s
