@@ -123,6 +123,10 @@ class EmulatedProvider:
         """Leases still held at `now_s`: not released and not yet revoked."""
         return [x for x in self._leases.values() if x.revoke_at_s > now_s]
 
+    def _forget_revoked(self, now_s: float) -> None:
+        """Drop the leases revoked by `now_s`: they hold no quota, a long run need not keep them."""
+        self._leases = {k: x for k, x in self._leases.items() if x.revoke_at_s > now_s}
+
     def offers(self, now_s: float) -> list[Offer]:
         """What can be had now: every (kind, tier) not in an outage, quota as a total."""
         devices = load_devices()
@@ -145,7 +149,8 @@ class EmulatedProvider:
             raise UserError(
                 f"the provider does not offer {kind!r} (offers: {', '.join(self.kinds)})"
             )
-        held = sum(1 for x in self.held(now_s) if (x.kind, x.tier) == (kind, tier))
+        self._forget_revoked(now_s)
+        held = sum(1 for x in self._leases.values() if (x.kind, x.tier) == (kind, tier))
         if self.in_outage(kind, tier, now_s) or held >= self.quota_of(kind, tier):
             return None
         n, ready = self._count, now_s + self.startup_s
