@@ -39,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"
     )
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="replay one run's scenario (a live run's OUT/scenario.json): its time, cost and "
+        "revocations on the emulated provider, driven by the same scaler",
+    )
+    p.add_argument("--json", action="store_true", help="with --scenario: print the result as JSON")
     p.add_argument("--list", action="store_true", help="list policies and cluster presets")
     p.set_defaults(func=_run)
     _register_transient(subparsers)
@@ -77,10 +84,31 @@ def _register_transient(subparsers: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from shoal.sim.run import list_choices, simulate_cli
 
+    if args.scenario:
+        return _run_scenario(args)
     if args.list:
         print(list_choices())
         return 0
     print(simulate_cli(args))
+    return 0
+
+
+def _run_scenario(args: argparse.Namespace) -> int:
+    import json
+
+    from shoal.sim.scenario import load_scenario, simulate
+
+    result = simulate(load_scenario(args.scenario))
+    if args.json:
+        print(json.dumps(result.summary(), sort_keys=True))
+        return 0
+    by_kind = ", ".join(f"{k} {usd:.4f}" for k, usd in result.cost_by_kind.items()) or "none"
+    print(
+        f"scenario {args.scenario}: time {result.time_s:.1f} s ({result.time_s / 3600:.2f} h), "
+        f"cost {result.cost_usd:.4f} USD, revocations {result.revocations}, "
+        f"membership changes {result.changes}, steps lost {result.lost_steps:.1f}\n"
+        f"cost by kind (USD): {by_kind}"
+    )
     return 0
 
 

@@ -1,1 +1,1 @@
-"""Pure cluster model: node specs, revocation models and the cost ledger (no torch)."""
+"""Pure cluster model: node specs, providers, revocation models and the cost ledger (no torch)."""

@@ -1,4 +1,4 @@
-"""Pure control: decisions from observations (re-planning, batch size, pricing tier)."""
+"""Pure control: decisions from observations (re-planning, batch size, pricing tier, scaling)."""
 
 from shoal.control.batch_policy import (
     LR_SCALINGS,

@@ -1,0 +1,161 @@
+"""The emulated provider: seeded spot lifetimes, quota, outages, and its input parsers."""
+
+import math
+import random
+
+import pytest
+
+from shoal.cluster.provider import (
+    ANY_KIND,
+    EmulatedProvider,
+    load_spot_trace,
+    parse_spot_lifetimes,
+    provider_from_config,
+)
+from shoal.cluster.revocation import EmpiricalLifetimes, TraceRevocations
+from shoal.errors import UserError
+
+
+def _requests(provider, n=6):
+    return [provider.request("k80", "spot", 10.0 * i) for i in range(n)]
+
+
+def test_same_seed_same_leases_and_the_documented_draw():
+    a = _requests(EmulatedProvider(("k80",), seed=3))
+    b = _requests(EmulatedProvider(("k80",), seed=3))
+    assert a == b
+    other = _requests(EmulatedProvider(("k80",), seed=4))
+    assert [x.revoke_at_s for x in other] != [x.revoke_at_s for x in a]
+    # the n-th lease draws its lifetime from Random(f"{seed}:{n}") with the kind's model
+    model = EmulatedProvider(("k80",)).model("k80")
+    for n, lease in enumerate(a):
+        life = model.sample_lifetime_s("k80", random.Random(f"3:{n}"))
+        assert lease.revoke_at_s == lease.ready_s + life
+        assert lease.ready_s == lease.requested_s + 60.0 and lease.notice_s == 30.0
+        assert lease.server == f"k80-spot-{n}"
+
+
+def test_on_demand_is_never_revoked_and_priced_from_the_device_table():
+    lease = EmulatedProvider(("v100",)).request("v100", "on_demand", 5.0)
+    assert lease.revoke_at_s == math.inf and lease.notice_s is None
+    assert lease.usd_per_hour == 2.144 and lease.requested_s == 5.0
+
+
+def test_fixed_lifetimes_and_no_notice():
+    provider = EmulatedProvider(
+        ("k80",), lifetimes={"k80": TraceRevocations((500.0,))}, startup_s=10.0, notice_s=None
+    )
+    lease = provider.request("k80", "spot", 0.0)
+    assert lease.revoke_at_s == 510.0 and lease.notice_s is None
+
+
+def test_quota_refuses_then_frees_on_release_and_on_revocation():
+    provider = EmulatedProvider(
+        ("k80",), lifetimes={"k80": TraceRevocations((100.0,))}, quota={("k80", "spot"): 1}
+    )
+    first = provider.request("k80", "spot", 0.0)
+    assert provider.request("k80", "spot", 1.0) is None
+    provider.release(first.server, 2.0)
+    second = provider.request("k80", "spot", 2.0)
+    assert second is not None and provider.request("k80", "spot", 3.0) is None
+    # revoked at 2 + 60 + 100: its slot is free again from then on
+    assert provider.request("k80", "spot", second.revoke_at_s) is not None
+
+
+def test_outage_refuses_and_hides_the_offer():
+    provider = EmulatedProvider(("k80", "v100"), outages=(("k80", "spot", 100.0, 200.0),))
+    assert provider.request("k80", "spot", 150.0) is None
+    offered = {(o.kind, o.tier) for o in provider.offers(150.0)}
+    assert ("k80", "spot") not in offered and ("k80", "on_demand") in offered
+    assert provider.request("k80", "spot", 200.0) is not None
+    spot = next(o for o in provider.offers(0.0) if (o.kind, o.tier) == ("v100", "spot"))
+    assert spot.usd_per_hour == 0.861 and spot.notice_s == 30.0 and spot.quota == 8
+
+
+def test_unknown_kind_is_a_user_error():
+    with pytest.raises(UserError, match="unknown device kind 'h100'"):
+        EmulatedProvider(("h100",))
+    with pytest.raises(UserError, match="does not offer 'v100'"):
+        EmulatedProvider(("k80",)).request("v100", "spot", 0.0)
+    with pytest.raises(UserError, match="unknown pricing tier"):
+        EmulatedProvider(("k80",)).request("k80", "reserved", 0.0)
+
+
+def test_parse_spot_lifetimes():
+    models = parse_spot_lifetimes("K80:gce, v100:p3")
+    assert isinstance(models["k80"], EmpiricalLifetimes)
+    assert isinstance(models["v100"], TraceRevocations)
+    for bad, needle in [
+        ("k80", "expected KIND:MODEL"),
+        ("h100:gce", "unknown device kind"),
+        ("k80:weibull", "unknown revocation model"),
+    ]:
+        with pytest.raises(UserError, match=needle):
+            parse_spot_lifetimes(bad)
+
+
+def test_load_spot_trace_csv_and_bamboo(tmp_path):
+    csv = tmp_path / "life.csv"
+    csv.write_text("# kind,lifetime_s\nk80,100\nk80,inf\nV100,50\n")
+    models = load_spot_trace(str(csv))
+    assert models["k80"].lifetimes_s == (100.0, math.inf) and models["v100"].lifetimes_s == (50.0,)
+    bamboo = tmp_path / "trace.csv"
+    bamboo.write_text("0,add,node1\n0,add,node2\n5000,remove,node1\n")
+    (model,) = load_spot_trace(str(bamboo)).values()
+    assert load_spot_trace(str(bamboo)).keys() == {ANY_KIND}
+    assert model.lifetimes_s == (5.0, math.inf)  # node2 never removed: censored
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("k80,100\nk80,soon\n", ":2: expected"),
+        ("k80,100\nh100,5\n", ":2: unknown device kind 'h100'"),
+        ("k80,-1\n", ":1: expected"),
+        ("0,add,n1\nk80,5\n", ":2: mixes"),
+        ("# nothing\n", "no lifetimes"),
+    ],
+)
+def test_malformed_trace_names_file_and_line(tmp_path, text, needle):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(UserError, match=needle) as info:
+        load_spot_trace(str(path))
+    assert "\n" not in str(info.value)
+    with pytest.raises(UserError, match="cannot read"):
+        load_spot_trace(str(tmp_path / "missing.csv"))
+
+
+def test_provider_from_config_dict(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("k80,1000\n")
+    provider = provider_from_config(
+        {
+            "kinds": "k80,v100",
+            "seed": 2,
+            "spot_trace": str(trace),
+            "spot_lifetimes": "v100:none",
+            "startup_s": 5,
+            "notice_s": None,
+            "quota": {"k80:spot": 1},
+            "outages": [["v100", "on_demand", 0, 10]],
+        }
+    )
+    assert provider.kinds == ("k80", "v100") and provider.seed == 2
+    lease = provider.request("k80", "spot", 0.0)
+    assert lease.revoke_at_s == 1005.0 and lease.notice_s is None
+    assert provider.request("k80", "spot", 0.0) is None
+    assert provider.request("v100", "spot", 0.0).revoke_at_s == math.inf
+    assert provider.request("v100", "on_demand", 5.0) is None
+    with pytest.raises(UserError, match="unknown device kind"):
+        provider_from_config({"kinds": ["k80", "a100"]})
+
+
+def test_the_shipped_bamboo_trace_loads_as_the_revocation_module_reads_it():
+    from importlib import resources
+
+    from shoal.cluster.revocation import load_bamboo_trace
+
+    path = resources.files("shoal.data").joinpath("preemption", "bamboo", "p3-trace.csv")
+    (model,) = load_spot_trace(str(path)).values()
+    assert model.lifetimes_s == load_bamboo_trace("p3").lifetimes_s

@@ -1,0 +1,164 @@
+"""The scaler on hand-made inputs whose answers are worked out by hand below.
+
+The step time is `batch / speed`, speed 1 per K80 and 2 per V100, batch 1: one K80 does a step
+a second. With nothing held, a mix first waits the 60 s start-up, then one membership change of
+5 s (the joins). A spot K80 is revoked at 1e-4 per second; each revocation costs its leave and
+its replacement's join (2 x 5 s), no step (30 s notice), and the replacement's 60 s start-up at
+the mix's speed without it (alone: all of it), so lam = 1e-4 x 70 = 0.007.
+"""
+
+import pytest
+
+from shoal.cluster.provider import Offer
+from shoal.cluster.revocation import NoRevocations, TraceRevocations
+from shoal.control import scaler as scaler_mod
+from shoal.control.scaler import Goal, Scaler, ScalerInput, check_goal, revocation_rate
+from shoal.errors import UserError
+
+PRICE = {("k80", "on_demand"): 0.723, ("k80", "spot"): 0.256}
+PRICE |= {("v100", "on_demand"): 2.144, ("v100", "spot"): 0.861}
+SPEED = {"k80": 1.0, "v100": 2.0}
+
+
+def offer(kind, tier, quota=1):
+    notice = 30.0 if tier == "spot" else None
+    return Offer(kind, tier, PRICE[(kind, tier)], 60.0, notice, quota)
+
+
+def step_time(gpus, batch):
+    return batch / sum(SPEED[k] * n for k, n in gpus.items())
+
+
+def make_input(offers, steps=3600, held=None, **extra):
+    fields = dict(
+        now_s=0.0,
+        steps_done=0,
+        steps_total=steps,
+        batch_at=lambda step: 1,
+        step_time=step_time,
+        offers=offers,
+        held=held or {},
+        spent_usd=0.0,
+        change_cost_s=5.0,
+        revocations_per_s=lambda kind: 1e-4,
+    )
+    return ScalerInput(**{**fields, **extra})
+
+
+K80_BOTH = [offer("k80", "on_demand"), offer("k80", "spot")]
+SPOT_FINISH = 3600 / (1 - 0.007) + 65  # 3690.4 s
+OD_FINISH = 3600 + 65.0
+
+
+def test_spot_when_the_deadline_slack_covers_revocations():
+    mix = Scaler(Goal(deadline_s=4000), max_servers=1).decide(make_input(K80_BOTH))
+    assert mix.counts == {("k80", "spot"): 1}
+    assert mix.finish_s == pytest.approx(SPOT_FINISH)
+    assert mix.cost_usd == pytest.approx(0.256 * SPOT_FINISH / 3600)
+    assert mix.step_s == 1.0
+
+
+def test_on_demand_when_the_deadline_is_tight():
+    # spot would finish at 3690 s, past 3680; on-demand at 3665 s (never revoked)
+    mix = Scaler(Goal(deadline_s=3680), max_servers=1).decide(make_input(K80_BOTH))
+    assert mix.counts == {("k80", "on_demand"): 1}
+    assert mix.finish_s == pytest.approx(OD_FINISH)
+    assert mix.cost_usd == pytest.approx(0.723 * OD_FINISH / 3600)
+
+
+def test_more_servers_when_one_cannot_make_it():
+    # one K80 needs 3665 s; two spot K80s: 1800 s of steps, and a revocation now leaves the
+    # other at half speed during the 60 s start-up: loss = 10 + 30, lam = 2 x 1e-4 x 40
+    mix = Scaler(Goal(deadline_s=2000), max_servers=2).decide(
+        make_input([offer("k80", "on_demand", 2), offer("k80", "spot", 2)])
+    )
+    assert mix.counts == {("k80", "spot"): 2}
+    assert mix.finish_s == pytest.approx(1800 / (1 - 2e-4 * 40) + 65)
+
+
+def test_a_kind_out_of_capacity_falls_back_to_another_kind():
+    # K80 spot has no capacity (its offer is gone); V100 spot beats K80 on-demand on price:
+    # 1 V100 spot takes 1800 s at 0.861/h = 0.43 USD, 1 K80 on-demand 3665 s at 0.723/h = 0.74
+    offers = [offer("k80", "on_demand"), offer("v100", "spot")]
+    mix = Scaler(Goal(deadline_s=4000), max_servers=1).decide(make_input(offers))
+    assert mix.counts == {("v100", "spot"): 1}
+    only_od = Scaler(Goal(deadline_s=4000), max_servers=1).decide(make_input(offers[:1]))
+    assert only_od.counts == {("k80", "on_demand"): 1}
+
+
+def test_keeping_the_held_mix_costs_no_change():
+    held = {("k80", "on_demand"): 1}
+    inp = make_input([offer("k80", "on_demand")], held=held, now_s=100.0, steps_done=600)
+    mix = Scaler(Goal(deadline_s=4000), max_servers=1).decide(inp)
+    assert mix.counts == held and mix.finish_s == pytest.approx(100.0 + 3000)
+
+
+def test_a_held_server_is_kept_through_an_outage_of_its_offer():
+    held = {("k80", "spot"): 1}  # K80 spot no longer offered: it can be kept, not grown
+    inp = make_input([offer("k80", "on_demand")], held=held, revocations_per_s=lambda k: 0.0)
+    mix = Scaler(Goal(deadline_s=4000), max_servers=2).decide(inp)
+    assert mix.counts == {("k80", "spot"): 1}  # cheapest that meets the deadline
+
+
+def test_minimise_time_under_a_budget():
+    # budget 0.30 USD: one K80 spot (0.26) fits, two (2 x 0.256 x 1865 s = 0.265) fit and are
+    # faster; V100 spot alone costs 0.43 > 0.30
+    offers = [offer("k80", "spot", 2), offer("v100", "spot")]
+    inp = make_input(offers, revocations_per_s=lambda k: 0.0)
+    mix = Scaler(Goal(budget_usd=0.30), max_servers=3).decide(inp)
+    assert mix.counts == {("k80", "spot"): 2}
+    assert mix.finish_s == pytest.approx(1865.0)
+
+
+def test_budget_below_one_step():
+    # the cheapest step: one K80 spot, 1 s at 0.256 USD/h = 7.1e-5 USD
+    with pytest.raises(UserError, match="below one step.*7.111e-05 USD, on 1 k80:spot"):
+        check_goal(Goal(budget_usd=5e-5), make_input(K80_BOTH))
+    check_goal(Goal(budget_usd=1e-4), make_input(K80_BOTH))
+
+
+def test_impossible_deadline_names_the_fastest_finish_and_mix():
+    with pytest.raises(UserError) as info:
+        check_goal(Goal(deadline_s=1000), make_input(K80_BOTH), max_servers=1)
+    assert str(info.value) == (
+        "deadline 1000 s is impossible: the fastest feasible finish is 3665 s, on 1 k80:on_demand"
+    )
+    check_goal(Goal(deadline_s=3700), make_input(K80_BOTH), max_servers=1)
+    # and decide() then returns that fastest mix
+    mix = Scaler(Goal(deadline_s=1000), max_servers=1).decide(make_input(K80_BOTH))
+    assert mix.counts == {("k80", "on_demand"): 1}
+
+
+def test_goal_needs_exactly_one_positive_target():
+    for bad in [{}, {"deadline_s": 1.0, "budget_usd": 1.0}, {"deadline_s": -5.0}]:
+        with pytest.raises(UserError):
+            Goal(**bad)
+
+
+def test_deterministic_and_the_local_search_finds_the_exact_answer(monkeypatch):
+    offers = [offer(k, t, 3) for k in ("k80", "v100") for t in ("on_demand", "spot")]
+    inp = make_input(offers, steps=20000)
+    scaler = Scaler(Goal(deadline_s=4000), max_servers=6)
+    exact = scaler.decide(inp)
+    assert exact == scaler.decide(make_input(list(reversed(offers)), steps=20000))
+    monkeypatch.setattr(scaler_mod, "EXACT_LIMIT", 0)
+    assert scaler.decide(inp) == exact
+    assert sum(exact.counts.values()) > 1 and exact.finish_s <= 4000
+
+
+def test_profile_step_time_is_the_shared_split():
+    model = scaler_mod.profile_step_time(32, 1.0, {"v100": 1.0, "k80": 2.0}, 0.5)
+    # 8 micro-batches on a V100 (1 s each) and a K80 (2 s): 6 and 2 -> 6 s, + 0.5 s
+    assert model({"v100": 1, "k80": 1}, 256) == 6.5
+    assert model({"k80": 1}, 33) == 4.5 and model({}, 64) == float("inf")
+    with pytest.raises(UserError, match="no slowdown for device kind 'p100'"):
+        model({"p100": 1}, 64)
+
+
+def test_revocation_rate():
+    assert revocation_rate(NoRevocations(), "k80") == 0.0
+    assert revocation_rate(TraceRevocations((100.0,)), "k80") == pytest.approx(0.01)
+    # half revoked at 100 s, half never (exposure censored at 24 h): one revocation per
+    # 100 + 86400 s of exposure, up to the sampling noise of the seeded draw
+    rate = revocation_rate(TraceRevocations((100.0, float("inf"))), "k80")
+    assert rate == pytest.approx(1 / 86500, rel=0.05)
