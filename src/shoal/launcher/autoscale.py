@@ -18,7 +18,8 @@ the global batch in the step lines changes. When every worker is gone (every spo
 revoked at once) the run waits for capacity, requesting again each poll, and the new workers
 continue from the newest durable checkpoint, in the same `shoal run`.
 
-Time: emulated seconds since launch = wall seconds x `time_scale`. The measured host seconds
+Time: emulated seconds = wall seconds x `time_scale`, counted from the moment the first group
+forms (the initial servers are billed from 0 and are ready then). The measured host seconds
 per micro-batch (from the step lines' shares, each divided by its kind's slowdown), the step
 overhead beyond the slowest share, and the change cost (recover events) are kept in emulated
 seconds too; they feed the scaler through the scenario's step-time model
@@ -123,10 +124,15 @@ class Driver:
         self.overhead: deque[float] = deque(maxlen=WINDOW)
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self._rates: dict[str, float] = {}
+        self.started: float | None = None  # wall time the emulated clock started
         self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
 
     def now(self) -> float:
-        return (time.time() - self.ctl.t0) * self.scale
+        """Emulated seconds since the first group formed (0 before): a local worker's process
+        start-up (importing torch) is an artefact of the emulation, not a boot (`--startup`)."""
+        if self.started is None and self.ctl.members:
+            self.started = time.time()
+        return 0.0 if self.started is None else (time.time() - self.started) * self.scale
 
     def _initial_counts(self):
         spec = self.spec
@@ -193,40 +199,42 @@ class Driver:
     def tick(self) -> None:
         now = self.now()
         self._revocations(now)
-        self._boots(now)
         self._departures(now)
         if self.scaler and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
         self._fill(now)
         self._shrink()
 
+    def _state(self, server: str) -> str:
+        """Its worker's state: starting (booting), member, leaving; gone (or none)."""
+        w = self.ctl.workers.get(self.worker_of.get(server, ""))
+        return "gone" if w is None or w.proc.poll() is not None else w.state
+
     def _revocations(self, now: float) -> None:
         for server, lease in list(self.leases.items()):
-            wid = self.worker_of.get(server)
-            w = self.ctl.workers.get(wid) if wid else None
-            alive = w is not None and w.proc.poll() is None and w.state != "gone"
+            wid, state = self.worker_of.get(server), self._state(server)
             warn_at = lease.revoke_at_s - (lease.notice_s or 0.0)
             if lease.notice_s is not None and now >= warn_at and server not in self.noticed:
                 self.noticed.add(server)
-                if alive and server not in self.leaving:
+                if state in ("member", "leaving") and server not in self.leaving:
                     deadline = lease.notice_s / self.scale
                     self.ctl.pending.append(
                         Event("notice", at_s=0.0, worker=wid, deadline_s=deadline)
                     )
             if now >= lease.revoke_at_s:
-                if alive and lease.notice_s is None:
+                # no notice, or a server revoked while booting: its worker is killed
+                if state == "starting" or (state != "gone" and lease.notice_s is None):
                     self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
-                self.ctl.say(f"server {server} ({wid or 'booting'}) revoked")
+                self.ctl.say(f"server {server} ({wid}) revoked")
                 self.revocations += 1
                 self._close(server, lease.revoke_at_s, "revoked")
                 self.redecide = True
 
-    def _boots(self, now: float) -> None:
-        for server, lease in self.leases.items():
-            if server not in self.worker_of and now >= lease.ready_s:
-                w = self.ctl.spawn(lease.kind)
-                self._bind(server, w.id)
-                self.ctl.say(f"server {server} ready: starting {w.id} ({lease.kind} {lease.tier})")
+    def admissible(self, wid: str) -> bool:
+        """A worker joins once its server is ready: its process starts at the request, so its
+        own start-up overlaps the emulated boot instead of adding to it."""
+        lease = self.leases.get(self.server_of.get(wid, ""))
+        return lease is None or self.now() >= lease.ready_s
 
     def _departures(self, now: float) -> None:
         """A worker that left or failed frees its server (a noticed one ends as revoked)."""
@@ -250,32 +258,34 @@ class Driver:
                     self.redecide = True
                     break
                 self._open(lease)
+                w = self.ctl.spawn(lease.kind)
+                self._bind(lease.server, w.id)
+                self.ctl.say(
+                    f"requested {lease.server}: starting {w.id} ({lease.kind} {lease.tier})"
+                )
 
     def _shrink(self) -> None:
-        """Leave the servers the target mix no longer wants, once every requested one has
-        joined: booting ones first (released at once), then the newest workers."""
-        held = self.held()
-        booting = [s for s in self.leases if s not in self.worker_of]
-        joined = all(
-            self.ctl.workers[w].state == "member"
-            for s, w in self.worker_of.items()
-            if s in self.leases and s not in self.noticed and s not in self.leaving
-        )
-        for key, n in sorted(held.items()):
+        """Leave the servers the target mix no longer wants: booting ones at once (released),
+        then, once every requested server has joined, the newest workers (graceful leaves)."""
+        staying = [s for s in self.leases if s not in self.noticed and s not in self.leaving]
+        booting = [s for s in staying if self._state(s) == "starting"]
+        for key, n in sorted(self.held().items()):
             extra = n - self.want.get(key, 0)
-            mine = [s for s in self.leases if (self.leases[s].kind, self.leases[s].tier) == key]
+            mine = [s for s in staying if (self.leases[s].kind, self.leases[s].tier) == key]
             for server in sorted(mine, key=self._loss_order)[: max(extra, 0)]:
+                wid = self.worker_of[server]
                 if server in booting:
+                    self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
                     self._close(server, self.now(), "released")
-                elif joined and not booting and self._members_left() > 1:
-                    wid = self.worker_of[server]
+                elif not booting and self._members_left() > 1:
                     self.leaving.add(server)
                     self.ctl.pending.append(Event("leave", at_s=0.0, worker=wid))
+                    booting = ["wait"]  # one leave per poll: the group regroups once each
 
     def _loss_order(self, server: str) -> tuple[int, int]:
         """Booting servers first, then the most recently started workers."""
-        wid = self.worker_of.get(server)
-        return (0, 0) if wid is None else (1, -int(wid[1:]))
+        booting = self._state(server) == "starting"
+        return (0 if booting else 1, -int(self.worker_of[server][1:]))
 
     def _members_left(self) -> int:
         return sum(

@@ -321,6 +321,7 @@ class Controller:
             if w.state == "starting"
             and w.proc.poll() is None
             and self.store.check([f"ready/{w.id}", f"arrived/{nxt}/{w.id}"])
+            and (not self.driver or self.driver.admissible(w.id))  # its server has booted
         ]
         # a leaving member goes after the step that announced it: survivors then arrive
         broken = any(self.workers[m].state in ("gone", "leaving") for m in self.members)
