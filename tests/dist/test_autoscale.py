@@ -59,8 +59,9 @@ def test_revoked_spot_server_is_replaced_same_state_and_ledger(tmp_path):
         trace, [("p100", "on_demand", 0), ("k80", "spot", 0), ("k80", "spot", 7)], {1}, **cfg
     )
     out = tmp_path / "run"
-    flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace), "--provider-seed", str(seed),
-             "--time-scale", "5", "--startup", "5", "--notice", "3"]  # fmt: skip
+    flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace),
+             "--provider-seed", str(seed), "--time-scale", "5", "--startup", "5",
+             "--notice", "3"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
     assert result["state_sha256"] == DIGEST_30
     lines = leases(out)
