@@ -8,6 +8,7 @@ servers a test wants, from the provider itself (the draws belong to it, not to t
 """
 
 import json
+import re
 
 import pytest
 
@@ -83,3 +84,69 @@ def test_revoked_spot_server_is_replaced_same_state_and_ledger(tmp_path):
     page = write_report(out).read_text()
     assert (out / "report" / "cost.png").stat().st_size > 1000
     assert "cost (servers)" in page and 'id="cost"' in page
+
+
+@pytest.mark.slow
+def test_scaler_joins_and_leaves_revocation_without_notice(tmp_path):
+    """Autoscaling: the scaler's mix is executed as joins and graceful leaves while a spot
+    server is revoked with no notice (killed: at most the in-flight step is lost)."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,2\nk80,100000\np100,100000\nv100,100000\n")
+    seed = seed_for(trace, [("p100", "on_demand", 0), ("k80", "spot", 0)], {1}, startup_s=5.0)
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--autoscale", "--deadline", "1h", "--kinds",
+             "v100,p100,k80", "--spot-trace", str(trace), "--provider-seed", str(seed),
+             "--time-scale", "5", "--startup", "5", "--notice", "none"]  # fmt: skip
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    assert any(x["cause"] == "revoked" for x in lines if x["action"] == "close")
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    fails = [e for e in events if e["event"] == "fail"]
+    assert fails and all("SIGKILL" in e["detail"] for e in fails)
+    assert sum(e.get("lost_steps", 0) for e in events if e["event"] == "recover") <= len(fails)
+    assert any(r["kind"] == "cost" and r.get("projected_finish_s") for r in metrics(out))
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_out_of_capacity_falls_back_to_what_is_offered(tmp_path):
+    """No p100 spot capacity for the whole run: the scaler's requests for it fail and it
+    decides again with what is offered; nothing of that kind and tier is ever leased."""
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--autoscale", "--deadline", "1h", "--kinds", "v100,p100,k80",
+             "--outage", "p100:spot:0-1e9", "--time-scale", "5", "--startup", "5"]  # fmt: skip
+    result = shoal_run(out, "p100", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    opened = [(x["device"], x["tier"]) for x in leases(out) if x["action"] == "open"]
+    assert ("p100", "spot") not in opened
+    assert len(set(opened)) > 1  # it fell back to another kind or tier
+
+
+@pytest.mark.slow
+def test_every_spot_server_revoked_at_once_resumes_from_checkpoint(tmp_path):
+    """Both spot servers revoked with no notice while there is no capacity: the run waits,
+    requesting again each poll, and continues from the durable checkpoint when capacity
+    returns, in the same `shoal run`."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,7\nk80,100000\n")  # revoked some steps after a checkpoint
+    requests = [("k80", "spot", 0), ("k80", "spot", 0), ("k80", "spot", 30), ("k80", "spot", 30)]
+    seed = seed_for(trace, requests, {0, 1}, startup_s=5.0)
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "v100,k80", "--spot-trace", str(trace),
+             "--provider-seed", str(seed), "--time-scale", "5", "--startup", "5",
+             "--notice", "none", "--outage", "k80:spot:5-30",
+             "--checkpoint-every", "2"]  # fmt: skip
+    result = shoal_run(out, "2xk80:spot", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    revoked = [x for x in lines if x["action"] == "close" and x["cause"] == "revoked"]
+    assert len(revoked) == 2
+    later = [x for x in lines if x["action"] == "open" and x["t_s"] >= 30]
+    assert len(later) == 2  # capacity back: two new servers
+    steps = [r["step"] for r in metrics(out) if r["kind"] == "step"]
+    assert sorted(set(steps)) == list(range(30))
+    assert len(steps) - len(set(steps)) <= 2  # the steps after the last checkpoint at most
+    log = (out / "logs" / "attempt-1" / "w2.log").read_text()
+    resumed = re.search(r"state at step (\d+) from local", log)
+    assert resumed and int(resumed[1]) > 0  # from the checkpoint, not a fresh start

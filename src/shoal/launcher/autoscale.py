@@ -198,6 +198,8 @@ class Driver:
     # -- the poll -------------------------------------------------------------------------
     def tick(self) -> None:
         now = self.now()
+        if self.started is None:
+            return  # nothing is decided before the first group trains
         self._revocations(now)
         self._departures(now)
         if self.scaler and (self.redecide or now >= self.next_decision_s):
@@ -271,7 +273,10 @@ class Driver:
         booting = [s for s in staying if self._state(s) == "starting"]
         for key, n in sorted(self.held().items()):
             extra = n - self.want.get(key, 0)
-            mine = [s for s in staying if (self.leases[s].kind, self.leases[s].tier) == key]
+            mine = [
+                s for s in staying
+                if s in self.leases and (self.leases[s].kind, self.leases[s].tier) == key
+            ]  # fmt: skip
             for server in sorted(mine, key=self._loss_order)[: max(extra, 0)]:
                 wid = self.worker_of[server]
                 if server in booting:
