@@ -98,7 +98,7 @@ def lease_label(counts: dict[tuple[str, str], int]) -> str:
 class Driver:
     """The provider's leases and the scaler's decisions inside the controller's loop."""
 
-    def __init__(self, spec, speeds, host_s: float, job, ctl=None) -> None:
+    def __init__(self, spec, speeds, host_s: float | None, job, ctl=None) -> None:
         self.spec, self.speeds, self.ctl = spec, speeds, ctl  # ctl: None for the launch check
         self.cfg = spec.config.provider
         self.scale = self.cfg.time_scale
@@ -120,7 +120,7 @@ class Driver:
         self.mix: Mix | None = None
         self.micro_batch_size = job.micro_batch_size
         self.batch = [(0, job.global_batch_size)]  # (from step, global batch) pieces
-        self.host = deque([host_s * self.scale], WINDOW)
+        self.host = deque([host_s * self.scale] if host_s else [], WINDOW)
         self.overhead: deque[float] = deque(maxlen=WINDOW)
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self._rates: dict[str, float] = {}
@@ -314,7 +314,7 @@ class Driver:
             steps=self.spec.config.steps,
             micro_batch_size=self.micro_batch_size,
             batch=tuple(self.batch),
-            host_s=statistics.median(self.host),
+            host_s=statistics.median(self.host) if self.host else 0.0,
             slowdowns={k: self.speeds.slowdown[k] for k in sorted(self.speeds.slowdown)},
             step_overhead_s=statistics.median(self.overhead) if self.overhead else 0.0,
             change_cost_s=statistics.median(self.changes) if self.changes else 0.0,
@@ -454,7 +454,7 @@ def _write_atomic(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def check_provider(spec, speeds, job, host_s: float) -> None:
+def check_provider(spec, speeds, job, host_s: float | None) -> None:
     """Every provider and goal error before any worker starts (unknown kind, a bad trace, an
     impossible deadline, a budget below one step): one line each."""
     if spec.config.provider.name:

@@ -166,9 +166,11 @@ def provider_driver(spec: RunSpec, speeds: Speeds):
     controller's `autoscale.Driver`; None without a provider."""
     if not spec.config.provider.name:
         return None
+    from shoal.cluster.provider import provider_from_config
     from shoal.launcher.autoscale import Driver, check_provider, estimate_host_s
 
+    provider_from_config(spec.config.provider)  # an unknown kind, a bad trace: nothing timed yet
     job = load_job(spec.config)
-    host_s = estimate_host_s(job, spec.config)
+    host_s = estimate_host_s(job, spec.config) if spec.config.provider.autoscale else None
     check_provider(spec, speeds, job, host_s)
     return lambda ctl: Driver(spec, speeds, host_s, job, ctl)
