@@ -142,19 +142,16 @@ class Driver:
 
     # -- leases ---------------------------------------------------------------------------
     def open_initial(self) -> None:
-        """The --workers servers, requested at launch; their workers start at once (the
-        processes' own start-up stands in for the boot) and are bound by `bind_initial`."""
+        """The --workers servers, requested at launch for the workers w0, w1, ... the
+        controller starts next (their processes' start-up stands in for the boot)."""
         spec = self.spec
         tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
-        for kind, tier in zip(spec.kinds, tiers, strict=True):
+        for i, (kind, tier) in enumerate(zip(spec.kinds, tiers, strict=True)):
             lease = self.provider.request(kind, tier, 0.0)
             if lease is None:
                 raise UserError(f"--workers: the provider has no {kind}:{tier} capacity at launch")
+            self._bind(lease.server, f"w{i}")
             self._open(lease)
-
-    def bind_initial(self) -> None:
-        for i, server in enumerate(list(self.leases)):
-            self._bind(server, f"w{i}")
 
     def _open(self, lease: Lease) -> None:
         self.leases[lease.server] = lease
@@ -259,9 +256,9 @@ class Driver:
                 if lease is None:
                     self.redecide = True
                     break
-                self._open(lease)
                 w = self.ctl.spawn(lease.kind)
                 self._bind(lease.server, w.id)
+                self._open(lease)
                 self.ctl.say(
                     f"requested {lease.server}: starting {w.id} ({lease.kind} {lease.tier})"
                 )

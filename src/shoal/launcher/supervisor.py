@@ -145,8 +145,6 @@ class Controller:
                 self.driver.open_initial()
             for kind in self.spec.kinds:
                 self.spawn(kind)
-            if self.driver:
-                self.driver.bind_initial()
             kinds = ", ".join(self.spec.kinds)
             self.say(f"starting {len(self.spec.kinds)} workers ({kinds}); logs in {self.logs}")
             while not self.finished:
@@ -177,6 +175,8 @@ class Controller:
             for w in self.workers.values():
                 if w.proc.poll() is None:
                     w.proc.kill()
+            if self.driver:  # the servers are released: the ledger ends here too
+                self.driver.finish()
             if stopped:
                 raise RunFailed(stopped) from None
             raise
