@@ -81,3 +81,39 @@ def test_goal_parsing():
     assert cfg.quota_map == {("k80", "spot"): 2}
     assert cfg.outage_list == (("v100", "spot", 10.0, 20.0),)
     assert ProviderConfig(name="local", notice="none").notice_s is None
+
+
+def make_driver(**provider):
+    """A driver outside any controller: the launch-time check's configuration."""
+    import types
+
+    from shoal.config import RunConfig
+    from shoal.launcher.autoscale import Driver
+    from shoal.launcher.spec import RunSpec, Speeds
+
+    cfg = ProviderConfig(name="local", kinds="v100,k80", time_scale=10.0, **provider)
+    spec = RunSpec(RunConfig(job=DIGITS, steps=100, out="unused", provider=cfg), ["k80", "k80"],
+                   tiers=["spot", "on_demand"])  # fmt: skip
+    speeds = Speeds({"v100": 1.0, "k80": 3.0}, {"v100": 1.0, "k80": 3.0})
+    job = types.SimpleNamespace(micro_batch_size=16, global_batch_size=64)
+    return Driver(spec, speeds, 0.01, job)
+
+
+def test_driver_measures_host_overhead_and_batch_changes():
+    from shoal.metrics import MembershipEvent, StepLine, WorkerShare
+
+    d = make_driver()
+    assert d.want == {("k80", "on_demand"): 1, ("k80", "spot"): 1}
+    assert d.scenario().host_s == pytest.approx(0.1)  # the launcher's estimate, emulated
+    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
+    for _ in range(3):
+        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    sc = d.scenario()
+    assert sc.host_s == pytest.approx(0.1)  # 0.03 s per k80 micro-batch / 3, x 10
+    assert sc.step_overhead_s == pytest.approx(0.1)  # 0.07 - 2 x 0.03, x 10
+    d.redecide = False
+    d.observe(StepLine(step=5, global_batch_size=128, step_time_s=0.07, workers=shares))
+    assert d.redecide and d.scenario().batch == ((0, 64), (5, 128))
+    d.observe(MembershipEvent("recover", "w0", recovery_time_s=0.5))
+    assert d.scenario().change_cost_s == pytest.approx(5.0)
+    assert d.scenario().initial == {"k80:on_demand": 1, "k80:spot": 1}
