@@ -236,11 +236,16 @@ class Driver:
         return lease is None or self.now() >= lease.ready_s
 
     def _departures(self, now: float) -> None:
-        """A worker that left or failed frees its server (a noticed one ends as revoked)."""
+        """A worker that left or failed frees its server (a noticed one ends as revoked). A
+        fixed mix replaces revoked servers only: a worker that failed on its own (a crash, an
+        injected kill) would likely fail again, and the run must be able to end."""
         for server in list(self.leases):
             wid = self.worker_of.get(server)
             if wid and self.ctl.workers[wid].state == "gone":
                 revoked = server in self.noticed
+                key = (self.leases[server].kind, self.leases[server].tier)
+                if not (revoked or self.scaler or server in self.leaving):
+                    self.want[key] = max(0, self.want.get(key, 0) - 1)
                 self.revocations += revoked
                 self._close(server, now, "revoked" if revoked else "released")
                 self.redecide = self.redecide or revoked
