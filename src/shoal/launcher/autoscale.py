@@ -441,13 +441,9 @@ class Driver:
                 "revocations": self.revocations,
             }
             _write_atomic(path, json.dumps(result, indent=2) + "\n")
-        scenario = json.dumps(self.scenario().to_json(), indent=2, default=_inf_safe)
+        scenario = json.dumps(self.scenario().to_json(), indent=2)
         _write_atomic(out / SCENARIO_FILE, scenario + "\n")
         self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
-
-
-def _inf_safe(obj):
-    return str(obj)
 
 
 def _write_atomic(path: pathlib.Path, text: str) -> None:
