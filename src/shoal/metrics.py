@@ -3,7 +3,9 @@
 This module owns their schema; every writer (the step log of rank 0, the supervisor's membership
 events) and every reader (the supervisor's progress, `shoal report`) goes through these types.
 `metrics.jsonl` holds one JSON object per line with a `"kind"`: `"step"` (one completed training
-step, with each worker's share) or `"membership"` (join, leave, fail, notice, recover). Only the
+step, with each worker's share), `"membership"` (join, leave, fail, notice, recover), and, for a
+run buying its servers from a provider, `"lease"` (a server opened or closed) and `"cost"` (the
+spend so far at each scaler decision). Only the
 keys that identify a record are required; the rest are optional so that older or partial runs
 still load, and `to_json` leaves out what is unknown. Lines of an unknown kind are skipped, so a
 newer runtime can add kinds without breaking old readers. A run killed mid-write leaves a last
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +203,86 @@ class MembershipEvent:
         )
 
 
-Record = StepLine | MembershipEvent
+@dataclass(frozen=True)
+class LeaseLine:
+    """A server bought from a provider was opened (requested: billing starts) or closed (released,
+    revoked, or at the run's end: billing stops). Times `t_s` are emulated seconds since launch;
+    a close carries the lease's charge, `usd`, so the ledger can be checked line by line."""
+
+    action: str  # open | close
+    server: str
+    device: str | None = None
+    tier: str | None = None  # on_demand | spot
+    usd_per_hour: float | None = None
+    t_s: float | None = None
+    worker: str | None = None  # the worker it runs (None while it boots)
+    cause: str | None = None  # close: released | revoked | end
+    usd: float | None = None
+    wall_time_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "lease", **_drop_none(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str = "lease line") -> LeaseLine:
+        f = _Fields(obj, where)
+        action = f.str_("action", required=True)
+        if action not in ("open", "close"):
+            raise f.fail(f"'action' must be open or close; got {action!r}")
+        return cls(
+            action=action,
+            server=f.str_("server", required=True) or "",
+            device=f.str_("device"),
+            tier=f.str_("tier"),
+            usd_per_hour=f.float_("usd_per_hour"),
+            t_s=f.float_("t_s"),
+            worker=f.str_("worker"),
+            cause=f.str_("cause"),
+            usd=f.float_("usd"),
+            wall_time_s=f.float_("wall_time_s"),
+        )
+
+
+def _numbers(f: _Fields, key: str) -> dict[str, float]:
+    value = f.obj.get(key) or {}
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+    ):
+        raise f.fail(f"'{key}' must be an object of numbers, got {value!r}")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """The spend so far (USD, emulated time `t_s`) at a scaler decision and at the end: by
+    device kind, the mix held ("kind:tier" -> servers), and the decision's projection."""
+
+    t_s: float
+    usd: float
+    by_kind: dict[str, float] = field(default_factory=dict)
+    mix: dict[str, int] = field(default_factory=dict)
+    projected_finish_s: float | None = None
+    projected_usd: float | None = None
+    wall_time_s: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "cost", **_drop_none(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], where: str = "cost line") -> CostLine:
+        f = _Fields(obj, where)
+        return cls(
+            t_s=f.float_("t_s", required=True) or 0.0,
+            usd=f.float_("usd", required=True) or 0.0,
+            by_kind=_numbers(f, "by_kind"),
+            mix={k: int(v) for k, v in _numbers(f, "mix").items()},
+            projected_finish_s=f.float_("projected_finish_s"),
+            projected_usd=f.float_("projected_usd"),
+            wall_time_s=f.float_("wall_time_s"),
+        )
+
+
+Record = StepLine | MembershipEvent | LeaseLine | CostLine
 
 
 @dataclass(frozen=True)
@@ -216,6 +297,8 @@ class RunResult:
     workers: tuple[str, ...] = ()  # device kinds of the final group, in rank order
     checkpoint: str | None = None
     fingerprint: str | None = None
+    # bought from a provider: {"usd", "by_kind", "by_tier", "revocations"}
+    cost: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = _drop_none(self)
@@ -236,7 +319,17 @@ class RunResult:
             workers=tuple(str(w) for w in f.list_("workers")),
             checkpoint=f.str_("checkpoint"),
             fingerprint=f.str_("fingerprint"),
+            cost=_cost_block(f),
         )
+
+
+def _cost_block(f: _Fields) -> dict[str, Any] | None:
+    value = f.obj.get("cost")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("usd"), int | float):
+        raise f.fail(f"'cost' must be an object with 'usd', got {value!r}")
+    return value
 
 
 def parse_line(line: str, where: str) -> Record | None:
@@ -254,6 +347,10 @@ def parse_line(line: str, where: str) -> Record | None:
         return StepLine.from_json(obj, where)
     if kind == "membership":
         return MembershipEvent.from_json(obj, where)
+    if kind == "lease":
+        return LeaseLine.from_json(obj, where)
+    if kind == "cost":
+        return CostLine.from_json(obj, where)
     return None
 
 

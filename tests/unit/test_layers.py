@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "runtime": {"control", "perf", "plan", "errors", "job", "config", "metrics"},
     "launcher": {
         "runtime",
+        "sim",
         "control",
         "perf",
         "plan",

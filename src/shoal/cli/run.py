@@ -49,10 +49,23 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         resume=args.resume is not None,
         emulation=EmulationConfig.from_environ(),
     )
+    workers = worker_kinds(args.workers, config)
     if config.batch.reference is None:  # the policy's throughput model: these workers' priors
-        batch = dataclasses.replace(config.batch, reference=args.workers)
+        batch = dataclasses.replace(config.batch, reference=workers)
         config = dataclasses.replace(config, batch=batch)
+    if config.provider.name and not config.provider.kinds:  # the scaler buys these kinds
+        provider = dataclasses.replace(config.provider, kinds=workers)
+        config = dataclasses.replace(config, provider=provider)
     return config
+
+
+def worker_kinds(workers: str, config: RunConfig) -> str:
+    """--workers without its tiers (`k80:spot`: a spot server, with --provider only)."""
+    if not config.provider.name:
+        return workers
+    from shoal.launcher.autoscale import split_tiers
+
+    return split_tiers(workers)[0]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -67,7 +80,12 @@ def _run(args: argparse.Namespace) -> int:
     for e in events:
         if e.kind:
             devices.kind(e.kind)
-    spec = RunSpec(config, devices.parse_workers(args.workers), events)
+    tiers = []
+    if config.provider.name:
+        from shoal.launcher.autoscale import split_tiers
+
+        tiers = split_tiers(args.workers)[1]
+    spec = RunSpec(config, devices.parse_workers(worker_kinds(args.workers, config)), events, tiers)
     result = run_local(spec, verbose=args.verbose)
     # training time (what samples/s is over) and the command's own, start-up included
     total = time.monotonic() - started
@@ -75,5 +93,6 @@ def _run(args: argparse.Namespace) -> int:
         f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s "
         f"({total:.1f}s with start-up), {result['samples_per_s']:,.0f} samples/s, "
         f"state_sha256 {result['state_sha256']}"
+        + (f", cost ${result['cost']['usd']:.4f}" if result.get("cost") else "")
     )
     return 0

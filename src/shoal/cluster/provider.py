@@ -239,9 +239,15 @@ def _get(cfg: Any, name: str, default: Any = None) -> Any:
 
 
 def _parse_quota(raw: Any) -> dict[tuple[str, str], int] | None:
-    """`{"k80:spot": 2}` (JSON) or `{("k80", "spot"): 2}` -> {(kind, tier): n}."""
+    """`{"k80:spot": 2}` or `[["k80", "spot", 2]]` (JSON) or `{("k80", "spot"): 2}` ->
+    {(kind, tier): n}."""
     if not raw:
         return None
+    if isinstance(raw, list | tuple):  # the scenario file's [[kind, tier, n], ...]
+        try:
+            raw = {(str(k), str(t)): n for k, t, n in raw}
+        except (TypeError, ValueError):
+            raise UserError("provider: quota must be [[kind, tier, n], ...]") from None
     out = {}
     for key, n in dict(raw).items():
         kind, _, tier = key.partition(":") if isinstance(key, str) else key
@@ -253,7 +259,7 @@ def _parse_quota(raw: Any) -> dict[tuple[str, str], int] | None:
 
 def provider_from_config(cfg: Any) -> EmulatedProvider:
     """The emulated provider a `ProviderConfig` (or its JSON dict) describes."""
-    kinds = _get(cfg, "kinds") or ()
+    kinds = (_get(cfg, "kind_list") if hasattr(cfg, "kind_list") else _get(cfg, "kinds")) or ()
     if isinstance(kinds, str):
         kinds = tuple(k.strip() for k in kinds.split(",") if k.strip())
     lifetimes: dict[str, RevocationModel] = {}
@@ -261,10 +267,11 @@ def provider_from_config(cfg: Any) -> EmulatedProvider:
         lifetimes.update(load_spot_trace(_get(cfg, "spot_trace")))
     if _get(cfg, "spot_lifetimes"):
         lifetimes.update(parse_spot_lifetimes(_get(cfg, "spot_lifetimes")))
+    # a ProviderConfig holds its flags' text and parses it in properties; a JSON dict is parsed
+    quota = _get(cfg, "quota_map") if hasattr(cfg, "quota_map") else _get(cfg, "quota")
+    raw_outages = _get(cfg, "outage_list") if hasattr(cfg, "outage_list") else _get(cfg, "outages")
     try:
-        outages = tuple(
-            (str(k), str(t), float(a), float(b)) for k, t, a, b in _get(cfg, "outages") or ()
-        )
+        outages = tuple((str(k), str(t), float(a), float(b)) for k, t, a, b in raw_outages or ())
         startup_s, notice = float(_get(cfg, "startup_s", 60.0)), _get(cfg, "notice_s", 30.0)
         notice_s = None if notice is None else float(notice)
         seed = int(_get(cfg, "seed", 0))
@@ -276,6 +283,6 @@ def provider_from_config(cfg: Any) -> EmulatedProvider:
         lifetimes=lifetimes or None,
         startup_s=startup_s,
         notice_s=notice_s,
-        quota=_parse_quota(_get(cfg, "quota")),
+        quota=_parse_quota(quota),
         outages=outages,
     )

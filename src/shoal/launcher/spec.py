@@ -42,6 +42,7 @@ class RunSpec:
     config: RunConfig
     kinds: list[str]
     events: list[Event] = field(default_factory=list)
+    tiers: list[str] = field(default_factory=list)  # per worker, with --provider (else on_demand)
 
     def worker_config(self, slowdown: float) -> RunConfig:
         """What a worker of a kind `slowdown` times slower than the fastest is handed."""
@@ -100,6 +101,7 @@ def check_run(spec: RunSpec) -> Speeds:
         raise UserError(f"--resume: no checkpoint found in {ckpts}")
     devices = load_devices()
     kinds = set(spec.kinds) | {e.kind for e in spec.events if e.kind}
+    kinds |= {devices.check(k) for k in config.provider.kind_list}  # what a scaler may buy
     speed = {k: devices.workload_speed(devices.kind(k).name, job.workload) for k in kinds}
     fastest = max(speed.values())
     return Speeds(
@@ -152,6 +154,23 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     speeds = check_run(spec)
     for e in unreachable_events(spec):
         sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
+    driver = provider_driver(spec, speeds)
     # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
-    run = lambda: Controller(spec, speeds, show_progress, verbose).run()  # noqa: E731
+    run = lambda: Controller(spec, speeds, show_progress, verbose, driver).run()  # noqa: E731
     return run_in_directory(spec.config, run)
+
+
+def provider_driver(spec: RunSpec, speeds: Speeds):
+    """With `--provider`: check the provider and the goal (timing a few micro-batches of the job
+    on this host, the speed an impossible deadline is judged by) and return what builds the
+    controller's `autoscale.Driver`; None without a provider."""
+    if not spec.config.provider.name:
+        return None
+    from shoal.cluster.provider import provider_from_config
+    from shoal.launcher.autoscale import Driver, check_provider, estimate_host_s
+
+    provider_from_config(spec.config.provider)  # an unknown kind, a bad trace: nothing timed yet
+    job = load_job(spec.config)
+    host_s = estimate_host_s(job, spec.config) if spec.config.provider.autoscale else None
+    check_provider(spec, speeds, job, host_s)
+    return lambda ctl: Driver(spec, speeds, host_s, job, ctl)

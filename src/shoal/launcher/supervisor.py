@@ -71,7 +71,9 @@ def attempt_dir(logs: pathlib.Path) -> pathlib.Path:
 
 
 class Controller:
-    def __init__(self, spec: RunSpec, speeds: Speeds, show_progress: bool, verbose: bool = False):
+    def __init__(
+        self, spec: RunSpec, speeds: Speeds, show_progress: bool, verbose: bool = False, driver=None
+    ):
         self.spec, self.speeds, self.verbose = spec, speeds, verbose
         self.out = pathlib.Path(spec.config.out)
         self.logs = attempt_dir(self.out / "logs")
@@ -92,6 +94,8 @@ class Controller:
         self.change_seen: float | None = None  # when the current generation was seen to end
         self.timeout_s = spec.config.peer_timeout_s
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
+        # servers bought from a provider (`--provider`): autoscale.Driver, built on this loop
+        self.driver = driver(self) if driver else None
 
     # -- processes -------------------------------------------------------------------------
     def spawn(self, kind: str) -> Worker:
@@ -137,12 +141,16 @@ class Controller:
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
         try:
+            if self.driver:
+                self.driver.open_initial()
             for kind in self.spec.kinds:
                 self.spawn(kind)
             kinds = ", ".join(self.spec.kinds)
             self.say(f"starting {len(self.spec.kinds)} workers ({kinds}); logs in {self.logs}")
             while not self.finished:
                 self.read_progress()
+                if self.driver:
+                    self.driver.tick()
                 self.fire_events()
                 self.reap()
                 if self.members:
@@ -160,11 +168,15 @@ class Controller:
                     w.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     w.proc.kill()
+            if self.driver:
+                self.driver.finish()
         except BaseException as exc:
             stopped = wind_down(self) if isinstance(exc, KeyboardInterrupt) else None
             for w in self.workers.values():
                 if w.proc.poll() is None:
                     w.proc.kill()
+            if self.driver:  # the servers are released: the ledger ends here too
+                self.driver.finish()
             if stopped:
                 raise RunFailed(stopped) from None
             raise
@@ -183,6 +195,8 @@ class Controller:
         self._read_upto += len(complete)
         for line in complete.decode().split("\n"):
             rec = parse_line(line, str(self.metrics))
+            if self.driver:
+                self.driver.observe(rec)
             if isinstance(rec, MembershipEvent):
                 self.say(describe(rec))
             if isinstance(rec, StepLine) and rec.step + 1 > self.steps_done:
@@ -271,6 +285,8 @@ class Controller:
             return True
         if any(e.action == "add" and e.at_s is not None for e in self.pending):
             return True
+        if self.driver and self.driver.waiting():  # servers booting or being asked for
+            return True
         lost = [w for w in self.workers.values() if w.declared_lost and w.state != "gone"]
         self.alone_since = self.alone_since or time.monotonic()
         if lost and time.monotonic() - self.alone_since <= self.timeout_s:
@@ -305,6 +321,7 @@ class Controller:
             if w.state == "starting"
             and w.proc.poll() is None
             and self.store.check([f"ready/{w.id}", f"arrived/{nxt}/{w.id}"])
+            and (not self.driver or self.driver.admissible(w.id))  # its server has booted
         ]
         # a leaving member goes after the step that announced it: survivors then arrive
         broken = any(self.workers[m].state in ("gone", "leaving") for m in self.members)

@@ -24,7 +24,12 @@ def parse_config(argv: list[str] | None = None) -> RunConfig:
         return given
     parser = argparse.ArgumentParser(prog="python -m shoal.worker")
     add_flags(parser, RunConfig)
-    return from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
+    config = from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
+    if config.provider.name:  # torchrun's processes are its own: nothing to buy or revoke
+        raise UserError(
+            "--provider and its flags are for `shoal run` (local workers), not torchrun"
+        )
+    return config
 
 
 def check_fresh_start(config: RunConfig) -> None:

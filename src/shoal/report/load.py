@@ -16,6 +16,8 @@ from shoal.errors import UserError
 from shoal.metrics import (
     METRICS_FILE,
     RESULT_FILE,
+    CostLine,
+    LeaseLine,
     MembershipEvent,
     Record,
     RunResult,
@@ -35,6 +37,9 @@ class Run:
     steps: tuple[StepLine, ...]
     events: tuple[MembershipEvent, ...]
     result: RunResult | None  # None when the run wrote no result.json (crashed or still running)
+    # a run that bought its servers from a provider: lease opens/closes and cost lines
+    leases: tuple[LeaseLine, ...] = ()
+    costs: tuple[CostLine, ...] = ()
 
 
 def split_records(
@@ -51,6 +56,8 @@ def split_records(
     offset = 0.0
     last_step_wall: float | None = None  # after shifting
     for record in records:
+        if isinstance(record, LeaseLine | CostLine):
+            continue  # not on the wall-time axis: `load_run` keeps them apart
         if isinstance(record, StepLine):
             step = record
             if step.loss is not None and not math.isfinite(step.loss):
@@ -80,10 +87,13 @@ def load_run(directory: str | Path) -> Run:
         raise UserError(
             f"{metrics}: not found (is {directory} a directory written by `shoal run`?)"
         )
-    steps, events = split_records(parse_metrics_bytes(metrics.read_bytes(), str(metrics)))
+    records = list(parse_metrics_bytes(metrics.read_bytes(), str(metrics)))
+    steps, events = split_records(records)
     return Run(
         directory=directory,
         steps=steps,
         events=events,
         result=read_result(directory / RESULT_FILE),
+        leases=tuple(r for r in records if isinstance(r, LeaseLine)),
+        costs=tuple(r for r in records if isinstance(r, CostLine)),
     )

@@ -32,6 +32,12 @@ FIGURES: dict[str, tuple[str, str]] = {
         "learning-rate factor applied to the step. Computed from exact sums, so the same on "
         "any workers.",
     ),
+    "cost": (
+        "Cost",
+        "Spend on servers bought from the provider against emulated time since the first group "
+        "formed, stacked by device kind (per-second billing from each request to its release, "
+        "revocation or the run's end). Red crosses mark spot revocations.",
+    ),
     "throughput": (
         "Throughput",
         "Samples per second against wall time. The line breaks at each membership change: a "
@@ -110,6 +116,11 @@ def summary_html(s: Summary) -> str:
         _card("lost steps (total)", str(s.lost_steps)),
         _card("median recovery time", recovery),
         _card("devices", ", ".join(s.devices) or DASH),
+    ]
+    if s.cost_usd is not None:
+        revoked = f" ({s.revocations} revoked)" if s.revocations else ""
+        cards.append(_card("cost (servers)", f"${s.cost_usd:.4f}{revoked}"))
+    cards += [
         _card("state digest (sha256)", s.state_sha256 or DASH, "wide mono"),
     ]
     warn = ""

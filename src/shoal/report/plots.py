@@ -326,4 +326,40 @@ def render_plots(run: Run, timeline: Timeline, directory: Path) -> dict[str, Pat
     plot_throughput(run, timeline, paths["throughput"])
     plot_share(run, paths["share"])
     plot_timeline(timeline, paths["timeline"])
+    if run.leases:
+        paths["cost"] = directory / "cost.png"
+        plot_cost(run, paths["cost"])
     return paths
+
+
+def cost_by_kind(run: Run, t_s: float) -> dict[str, float]:
+    """USD spent by `t_s` per device kind, from the lease lines (open -> close or still open)."""
+    opened = {x.server: x for x in run.leases if x.action == "open"}
+    closed = {x.server: x.t_s for x in run.leases if x.action == "close"}
+    out: dict[str, float] = {}
+    for server, x in opened.items():
+        end = min(t_s, closed.get(server) or t_s)
+        usd = (x.usd_per_hour or 0.0) * max(0.0, end - (x.t_s or 0.0)) / 3600.0
+        out[x.device or "?"] = out.get(x.device or "?", 0.0) + usd
+    return out
+
+
+def plot_cost(run: Run, path: Path) -> None:
+    """Cumulative cost over emulated time, stacked by kind, revocations marked."""
+    times = sorted({x.t_s or 0.0 for x in run.leases})
+    end = times[-1] if times else 1.0
+    grid = [end * i / 200 for i in range(201)]
+    kinds = sorted({x.device or "?" for x in run.leases})
+    series = [[cost_by_kind(run, t).get(k, 0.0) for t in grid] for k in kinds]
+    fig = _figure(3.2)
+    ax = fig.add_subplot()
+    ax.stackplot(grid, *series, labels=kinds, alpha=0.8)
+    revoked = [x.t_s or 0.0 for x in run.leases if x.action == "close" and x.cause == "revoked"]
+    for t in revoked:
+        total = sum(cost_by_kind(run, t).values())
+        ax.plot([t], [total], marker="X", color=EVENT_STYLE["fail"][1], markersize=9)
+    ax.set_xlabel("emulated time since the first group (s)")
+    ax.set_ylabel("spent (USD)")
+    ax.set_title(f"Cost by kind ({len(revoked)} revocations marked)")
+    ax.legend(loc="upper left", fontsize="small", frameon=False)
+    fig.savefig(path, format="png")

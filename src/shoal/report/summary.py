@@ -30,10 +30,28 @@ class Summary:
     recoveries: int
     lost_steps: int
     median_recovery_time_s: float | None
+    cost_usd: float | None = None  # servers bought from a provider: the ledger's total
+    revocations: int | None = None
 
 
 def _count(run: Run, kind: str) -> int:
     return sum(1 for e in run.events if e.event == kind)
+
+
+def _cost(run: Run) -> dict:
+    """The ledger's total and revocations: result.json's cost block, else the lease lines."""
+    if run.result is not None and run.result.cost:
+        return {
+            "cost_usd": run.result.cost["usd"],
+            "revocations": run.result.cost.get("revocations"),
+        }
+    closes = [x for x in run.leases if x.action == "close"]
+    if not closes:
+        return {}
+    return {
+        "cost_usd": sum(x.usd or 0.0 for x in closes),
+        "revocations": sum(x.cause == "revoked" for x in closes),
+    }
 
 
 def summarize(run: Run) -> Summary:
@@ -48,6 +66,7 @@ def summarize(run: Run) -> Summary:
         recoveries=len(recovers),
         lost_steps=sum(e.lost_steps or 0 for e in recovers),
         median_recovery_time_s=statistics.median(times) if times else None,
+        **_cost(run),
     )
     r = run.result
     if r is not None:

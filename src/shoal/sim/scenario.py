@@ -136,7 +136,8 @@ def _validate(sc: Scenario) -> None:
     _check(isinstance(sc.goal, dict), "goal must be an object")
     _check(set(sc.goal) <= {"deadline_s", "budget_usd"}, "goal takes deadline_s or budget_usd")
     _check(all(_number(v) for v in sc.goal.values()), "goal values must be numbers")
-    Goal(**sc.goal)
+    if sc.autoscale or sc.goal:  # a fixed mix needs no goal (a live fixed run writes {})
+        Goal(**sc.goal)
     provider = provider_from_config(sc.provider)
     _check(isinstance(sc.initial, dict), "initial must be an object 'kind:tier' -> count")
     for key in initial_counts(sc):
@@ -215,7 +216,7 @@ class _Run:
         self.sc = sc
         self.provider = provider_from_config(sc.provider)
         self.step_time = step_time_model(sc)
-        self.scaler = Scaler(Goal(**sc.goal), sc.max_servers)
+        self.scaler = Scaler(Goal(**sc.goal), sc.max_servers) if sc.autoscale else None
         self.rates = {k: revocation_rate(self.provider.model(k), k) for k in self.provider.kinds}
         self.ledger = CostLedger()
         self.want = initial_counts(sc)  # the held mix when autoscale is off

@@ -1,0 +1,459 @@
+"""The live autoscaler of `shoal run --provider local`: leases, revocations, the scaler's mix, cost.
+
+The controller (`supervisor.py`) calls one `Driver` once per poll. The driver holds the leases
+of the servers bought from the provider (`shoal.cluster.provider`), one worker per ready lease,
+and turns what the provider and the scaler decide into the controller's own events:
+- a spot lease's revocation becomes a notice `notice_s / time_scale` wall seconds before it
+  (the worker leaves at the next step boundary, handing nothing over), or a kill at `revoke_at`
+  when the provider gives no notice; a revoked server is billed until its revocation;
+- a requested lease becomes a worker (`add KIND`) once it is ready (`ready_s`);
+- the scaler's target mix (`control.scaler`, autoscaling only) becomes requests, and graceful
+  leaves of the cheapest workers to lose (servers still booting first, then the newest
+  workers) once every requested server has joined: make before break, so the group never
+  waits on a boot with fewer workers than it had. Without `--autoscale` the `--workers` mix is
+  held, each revoked server replaced by one of the same kind and tier.
+It re-decides every `--scale-every` emulated seconds, on each revocation, when a request finds
+no capacity (the next decision sees what is offered now: another kind, or on-demand) and when
+the global batch in the step lines changes. When every worker is gone (every spot server
+revoked at once) the run waits for capacity, requesting again each poll, and the new workers
+continue from the newest durable checkpoint, in the same `shoal run`.
+
+Time: emulated seconds = wall seconds x `time_scale`, counted from the moment the first group
+forms (the initial servers are billed from 0 and are ready then). The measured host seconds
+per micro-batch (from the step lines' shares, each divided by its kind's slowdown), the step
+overhead beyond the slowest share, and the change cost (recover events) are kept in emulated
+seconds too; they feed the scaler through the scenario's step-time model
+(`sim.scenario.step_time_model`) and go to `OUT/scenario.json` at the end, so that
+`shoal simulate --scenario` replays the run. Before any worker starts, the launcher times a
+few micro-batches of the job itself (`estimate_host_s`) for the goal's feasibility check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import statistics
+import time
+from collections import deque
+
+from shoal.cluster.ledger import CostLedger
+from shoal.cluster.provider import Lease, provider_from_config
+from shoal.cluster.revocation import load_gce_lifetimes
+from shoal.config import ProviderConfig
+from shoal.control.scaler import Goal, Mix, Scaler, ScalerInput, check_goal, revocation_rate
+from shoal.errors import UserError
+from shoal.launcher.events import Event
+from shoal.metrics import RESULT_FILE, CostLine, LeaseLine, MembershipEvent, StepLine
+from shoal.runtime.outputs import append_line
+from shoal.sim.scenario import Scenario, step_time_model
+
+SCENARIO_FILE = "scenario.json"
+WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
+
+
+def split_tiers(workers: str) -> tuple[str, list[str]]:
+    """`2xk80:spot,v100` -> ("2xk80,v100", ["spot", "spot", "on_demand"])."""
+    plain, tiers = [], []
+    for item in (s.strip() for s in workers.split(",")):
+        body, _, tier = item.partition(":")
+        tier = tier.strip().lower().replace("-", "_") or "on_demand"
+        if tier not in ("on_demand", "spot"):
+            raise UserError(f"--workers: bad tier in {item!r} (on_demand or spot)")
+        count = re.match(r"\s*(\d+)\s*[x*]", body)
+        tiers += [tier] * (int(count[1]) if count else 1)
+        plain.append(body)
+    return ",".join(plain), tiers
+
+
+def goal_of(cfg: ProviderConfig) -> Goal:
+    return Goal(deadline_s=cfg.deadline_s, budget_usd=cfg.budget_usd)
+
+
+def estimate_host_s(job, config) -> float:
+    """Wall seconds of one forward/backward micro-batch of `job` on this host (the median of
+    three, after one warm-up), before any worker runs: the feasibility check needs a speed."""
+    if config.emulation.host_s is not None:
+        return config.emulation.host_s
+    import torch
+    from torch.utils.data import default_collate
+
+    torch.manual_seed(job.seed)
+    model = job.model()
+    collate = job.collate_fn or default_collate
+    batch = collate([job.dataset[i] for i in range(job.micro_batch_size)])
+    times = []
+    for _ in range(4):
+        start = time.perf_counter()
+        job.loss_fn(model, batch).backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def lease_label(counts: dict[tuple[str, str], int]) -> str:
+    return ", ".join(f"{n}x{k}:{t}" for (k, t), n in sorted(counts.items()) if n) or "nothing"
+
+
+class Driver:
+    """The provider's leases and the scaler's decisions inside the controller's loop."""
+
+    def __init__(self, spec, speeds, host_s: float | None, job, ctl=None) -> None:
+        self.spec, self.speeds, self.ctl = spec, speeds, ctl  # ctl: None for the launch check
+        self.cfg = spec.config.provider
+        self.scale = self.cfg.time_scale
+        self.provider = provider_from_config(self.cfg)
+        self.ledger = CostLedger()
+        self.leases: dict[str, Lease] = {}  # open leases by server
+        self.worker_of: dict[str, str] = {}  # server -> worker id
+        self.server_of: dict[str, str] = {}
+        self.noticed: set[str] = set()
+        self.leaving: set[str] = set()  # servers whose worker was asked to leave
+        self.by_kind: dict[str, float] = {}
+        self.by_tier: dict[str, float] = {}
+        self.revocations = 0
+        self.want = dict(self._initial_counts())  # (kind, tier) -> servers held
+        self.scaler = (
+            Scaler(goal_of(self.cfg), self.cfg.max_servers) if self.cfg.autoscale else None
+        )
+        self.redecide, self.next_decision_s = True, 0.0
+        self.mix: Mix | None = None
+        self.micro_batch_size = job.micro_batch_size
+        self.batch = [(0, job.global_batch_size)]  # (from step, global batch) pieces
+        self.host = deque([host_s * self.scale] if host_s else [], WINDOW)
+        self.overhead: deque[float] = deque(maxlen=WINDOW)
+        self.changes: deque[float] = deque(maxlen=WINDOW)
+        self._rates: dict[str, float] = {}
+        self.started: float | None = None  # wall time the emulated clock started
+        self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
+
+    def now(self) -> float:
+        """Emulated seconds since the first group formed (0 before): a local worker's process
+        start-up (importing torch) is an artefact of the emulation, not a boot (`--startup`)."""
+        if self.started is None and self.ctl.members:
+            self.started = time.time()
+        return 0.0 if self.started is None else (time.time() - self.started) * self.scale
+
+    def _initial_counts(self):
+        spec = self.spec
+        tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
+        for key in sorted(set(zip(spec.kinds, tiers, strict=True))):
+            yield key, sum(k == key for k in zip(spec.kinds, tiers, strict=True))
+
+    # -- leases ---------------------------------------------------------------------------
+    def open_initial(self) -> None:
+        """The --workers servers, requested at launch for the workers w0, w1, ... the
+        controller starts next (their processes' start-up stands in for the boot)."""
+        spec = self.spec
+        tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
+        for i, (kind, tier) in enumerate(zip(spec.kinds, tiers, strict=True)):
+            lease = self.provider.request(kind, tier, 0.0)
+            if lease is None:
+                raise UserError(f"--workers: the provider has no {kind}:{tier} capacity at launch")
+            self._bind(lease.server, f"w{i}")
+            self._open(lease)
+
+    def _open(self, lease: Lease) -> None:
+        self.leases[lease.server] = lease
+        self.ledger.open(lease.server, lease.kind, lease.usd_per_hour, lease.requested_s)
+        self._lease_line("open", lease, lease.requested_s)
+
+    def _bind(self, server: str, wid: str) -> None:
+        self.worker_of[server], self.server_of[wid] = wid, server
+
+    def _close(self, server: str, t_s: float, cause: str) -> None:
+        lease = self.leases.pop(server)
+        usd = self.ledger.close(server, max(t_s, lease.requested_s))
+        self.by_kind[lease.kind] = self.by_kind.get(lease.kind, 0.0) + usd
+        self.by_tier[lease.tier] = self.by_tier.get(lease.tier, 0.0) + usd
+        self.provider.release(server, t_s)
+        self.leaving.discard(server)
+        self._lease_line("close", lease, max(t_s, lease.requested_s), cause, usd)
+
+    def _lease_line(self, action, lease: Lease, t_s, cause=None, usd=None) -> None:
+        line = LeaseLine(
+            action, lease.server, lease.kind, lease.tier, lease.usd_per_hour, t_s,
+            self.worker_of.get(lease.server), cause, usd, time.time() - self.ctl.t0,
+        )  # fmt: skip
+        append_line(self.ctl.metrics, line)
+
+    def held(self) -> dict[tuple[str, str], int]:
+        """Servers held and staying (booting or running; not revoked, noticed or leaving)."""
+        out: dict[tuple[str, str], int] = {}
+        for server, lease in self.leases.items():
+            if server not in self.noticed and server not in self.leaving:
+                out[(lease.kind, lease.tier)] = out.get((lease.kind, lease.tier), 0) + 1
+        return out
+
+    def spent(self, now_s: float) -> float:
+        open_usd = sum(
+            lease.usd_per_hour * max(0.0, now_s - lease.requested_s) / 3600.0
+            for lease in self.leases.values()
+        )
+        return sum(self.by_kind.values()) + open_usd
+
+    # -- the poll -------------------------------------------------------------------------
+    def tick(self) -> None:
+        now = self.now()
+        if self.started is None:
+            return  # nothing is decided before the first group trains
+        self._revocations(now)
+        self._departures(now)
+        if self.scaler and (self.redecide or now >= self.next_decision_s):
+            self._decide(now)
+        self._fill(now)
+        self._shrink()
+
+    def _state(self, server: str) -> str:
+        """Its worker's state: starting (booting), member, leaving; gone (or none)."""
+        w = self.ctl.workers.get(self.worker_of.get(server, ""))
+        return "gone" if w is None or w.proc.poll() is not None else w.state
+
+    def _revocations(self, now: float) -> None:
+        for server, lease in list(self.leases.items()):
+            wid, state = self.worker_of.get(server), self._state(server)
+            warn_at = lease.revoke_at_s - (lease.notice_s or 0.0)
+            if lease.notice_s is not None and now >= warn_at and server not in self.noticed:
+                self.noticed.add(server)
+                if state in ("member", "leaving") and server not in self.leaving:
+                    deadline = lease.notice_s / self.scale
+                    self.ctl.pending.append(
+                        Event("notice", at_s=0.0, worker=wid, deadline_s=deadline)
+                    )
+            if now >= lease.revoke_at_s:
+                # no notice, or a server revoked while booting: its worker is killed
+                if state == "starting" or (state != "gone" and lease.notice_s is None):
+                    self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
+                self.ctl.say(f"server {server} ({wid}) revoked")
+                self.revocations += 1
+                self._close(server, lease.revoke_at_s, "revoked")
+                self.redecide = True
+
+    def admissible(self, wid: str) -> bool:
+        """A worker joins once its server is ready: its process starts at the request, so its
+        own start-up overlaps the emulated boot instead of adding to it."""
+        lease = self.leases.get(self.server_of.get(wid, ""))
+        return lease is None or self.now() >= lease.ready_s
+
+    def _departures(self, now: float) -> None:
+        """A worker that left or failed frees its server (a noticed one ends as revoked). A
+        fixed mix replaces revoked servers only: a worker that failed on its own (a crash, an
+        injected kill) would likely fail again, and the run must be able to end."""
+        for server in list(self.leases):
+            wid = self.worker_of.get(server)
+            if wid and self.ctl.workers[wid].state == "gone":
+                revoked = server in self.noticed
+                key = (self.leases[server].kind, self.leases[server].tier)
+                if not (revoked or self.scaler or server in self.leaving):
+                    self.want[key] = max(0, self.want.get(key, 0) - 1)
+                self.revocations += revoked
+                self._close(server, now, "revoked" if revoked else "released")
+                self.redecide = self.redecide or revoked
+
+    def _fill(self, now: float) -> None:
+        """Request what the target mix lacks; no capacity: decide again with what is offered."""
+        held = self.held()
+        for key, n in sorted(self.want.items()):
+            for _ in range(n - held.get(key, 0)):
+                if len(self.leases) >= self.cfg.max_servers:
+                    return
+                lease = self.provider.request(key[0], key[1], now)
+                if lease is None:
+                    self.redecide = True
+                    break
+                w = self.ctl.spawn(lease.kind)
+                self._bind(lease.server, w.id)
+                self._open(lease)
+                self.ctl.say(
+                    f"requested {lease.server}: starting {w.id} ({lease.kind} {lease.tier})"
+                )
+
+    def _shrink(self) -> None:
+        """Leave the servers the target mix no longer wants: booting ones at once (released),
+        then, once every requested server has joined, the newest workers (graceful leaves)."""
+        staying = [s for s in self.leases if s not in self.noticed and s not in self.leaving]
+        booting = [s for s in staying if self._state(s) == "starting"]
+        for key, n in sorted(self.held().items()):
+            extra = n - self.want.get(key, 0)
+            mine = [
+                s for s in staying
+                if s in self.leases and (self.leases[s].kind, self.leases[s].tier) == key
+            ]  # fmt: skip
+            for server in sorted(mine, key=self._loss_order)[: max(extra, 0)]:
+                wid = self.worker_of[server]
+                if server in booting:
+                    self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
+                    self._close(server, self.now(), "released")
+                elif not booting and self._members_left() > 1:
+                    self.leaving.add(server)
+                    self.ctl.pending.append(Event("leave", at_s=0.0, worker=wid))
+                    booting = ["wait"]  # one leave per poll: the group regroups once each
+
+    def _loss_order(self, server: str) -> tuple[int, int]:
+        """Booting servers first, then the most recently started workers."""
+        booting = self._state(server) == "starting"
+        return (0 if booting else 1, -int(self.worker_of[server][1:]))
+
+    def _members_left(self) -> int:
+        return sum(
+            1
+            for s, w in self.worker_of.items()
+            if s in self.leases and s not in self.leaving and s not in self.noticed
+            and self.ctl.workers[w].state == "member"
+        )  # fmt: skip
+
+    # -- the scaler -----------------------------------------------------------------------
+    def scenario(self) -> Scenario:
+        cfg = self.cfg
+        goal = {"deadline_s": cfg.deadline_s} if cfg.deadline else {"budget_usd": cfg.budget_usd}
+        provider = {
+            "kinds": list(cfg.kind_list), "seed": cfg.seed, "spot_lifetimes": cfg.spot_lifetimes,
+            "spot_trace": cfg.spot_trace, "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
+            "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
+            "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
+        }  # fmt: skip
+        return Scenario(
+            steps=self.spec.config.steps,
+            micro_batch_size=self.micro_batch_size,
+            batch=tuple(self.batch),
+            host_s=statistics.median(self.host) if self.host else 0.0,
+            slowdowns={k: self.speeds.slowdown[k] for k in sorted(self.speeds.slowdown)},
+            step_overhead_s=statistics.median(self.overhead) if self.overhead else 0.0,
+            change_cost_s=statistics.median(self.changes) if self.changes else 0.0,
+            provider=provider,
+            goal=goal if cfg.autoscale else {},
+            max_servers=cfg.max_servers,
+            scale_every_s=cfg.scale_every_s,
+            autoscale=cfg.autoscale,
+            initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
+        )
+
+    def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
+        sc = self.scenario()
+        batch = list(self.batch)
+
+        def batch_at(step: int) -> int:
+            return [b for s, b in batch if s <= step][-1] if step >= batch[0][0] else batch[0][1]
+
+        return ScalerInput(
+            now_s=now,
+            steps_done=steps_done,
+            steps_total=sc.steps,
+            batch_at=batch_at,
+            step_time=step_time_model(sc),
+            offers=self.provider.offers(now),
+            held=self.held(),
+            spent_usd=self.spent(now),
+            change_cost_s=sc.change_cost_s,
+            revocations_per_s=self.revocation_rate,
+        )
+
+    def revocation_rate(self, kind: str) -> float:
+        """Expected revocations per emulated second of a spot server of `kind` (cached)."""
+        if kind not in self._rates:
+            model = (self.provider.lifetimes or {}).get(kind) or load_gce_lifetimes()
+            self._rates[kind] = revocation_rate(model, kind)
+        return self._rates[kind]
+
+    def check(self) -> None:
+        """Before any worker starts: the goal must be reachable (one line, exit 2, if not)."""
+        if self.scaler:
+            check_goal(self.scaler.goal, self.scaler_input(0.0, 0))
+
+    def _decide(self, now: float) -> None:
+        periodic = now >= self.next_decision_s
+        self.redecide = False
+        if periodic:
+            self.next_decision_s = now + self.cfg.scale_every_s
+        mix = self.scaler.decide(self.scaler_input(now, self.ctl.steps_done))
+        changed = self.mix is None or mix.counts != self.mix.counts
+        self.mix = mix
+        if mix.counts:
+            self.want = {k: n for k, n in mix.counts.items() if n}
+        if changed or periodic:
+            self.cost_line(now, mix)
+
+    def cost_line(self, now: float, mix: Mix | None) -> None:
+        spent = self.spent(now)
+        by_kind = dict(self.by_kind)
+        for lease in self.leases.values():
+            usd = lease.usd_per_hour * max(0.0, now - lease.requested_s) / 3600.0
+            by_kind[lease.kind] = by_kind.get(lease.kind, 0.0) + usd
+        held = {f"{k}:{t}": n for (k, t), n in sorted(self.held().items())}
+        finish = mix.finish_s if mix else None
+        line = CostLine(
+            now, spent, by_kind, held, finish, mix.cost_usd if mix else None,
+            time.time() - self.ctl.t0,
+        )  # fmt: skip
+        append_line(self.ctl.metrics, line)
+        if mix is not None:
+            self.ctl.say(
+                f"t={now:.0f}s: mix {lease_label(mix.counts)}; spent ${spent:.4f}; projected "
+                f"finish {mix.finish_s:.0f}s at ${mix.cost_usd:.4f}"
+            )
+
+    # -- measurements ---------------------------------------------------------------------
+    def observe(self, rec) -> None:
+        """Step lines: host seconds per micro-batch, overhead, the batch; recoveries: the
+        change cost. All in emulated seconds."""
+        if isinstance(rec, MembershipEvent):
+            if rec.event == "recover" and rec.recovery_time_s is not None:
+                self.changes.append(rec.recovery_time_s * self.scale)
+            return
+        if not isinstance(rec, StepLine):
+            return
+        shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
+        slow = self.speeds.slowdown
+        if shares:
+            self.host.append(
+                min(s.micro_batch_time_s / slow.get(s.device, 1.0) for s in shares) * self.scale
+            )
+            compute = max(s.micro_batches * s.micro_batch_time_s for s in shares)
+            if rec.step_time_s is not None:
+                self.overhead.append(max(0.0, rec.step_time_s - compute) * self.scale)
+        if rec.global_batch_size and rec.global_batch_size != self.batch[-1][1]:
+            self.batch.append((rec.step, rec.global_batch_size))
+            self.redecide = True
+
+    # -- waiting and the end --------------------------------------------------------------
+    def waiting(self) -> bool:
+        """Whether the run can still go on with no live worker: servers are booting or being
+        requested (every spot server revoked at once), within the give-up bound."""
+        if self.now() > self.gave_up_after_s:
+            return False
+        return bool(self.leases) or any(n > 0 for n in self.want.values())
+
+    def finish(self) -> None:
+        """Close every lease at the end, write the last cost line, the result's cost block and
+        the scenario of this run."""
+        now = self.now()
+        for server in list(self.leases):
+            self._close(server, now, "end")
+        self.cost_line(now, None)
+        out = pathlib.Path(self.spec.config.out)
+        path = out / RESULT_FILE
+        if path.is_file():
+            result = json.loads(path.read_text())
+            result["cost"] = {
+                "usd": self.ledger.total_usd,
+                "by_kind": dict(sorted(self.by_kind.items())),
+                "by_tier": dict(sorted(self.by_tier.items())),
+                "revocations": self.revocations,
+            }
+            _write_atomic(path, json.dumps(result, indent=2) + "\n")
+        scenario = json.dumps(self.scenario().to_json(), indent=2)
+        _write_atomic(out / SCENARIO_FILE, scenario + "\n")
+        self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def check_provider(spec, speeds, job, host_s: float | None) -> None:
+    """Every provider and goal error before any worker starts (unknown kind, a bad trace, an
+    impossible deadline, a budget below one step): one line each."""
+    if spec.config.provider.name:
+        Driver(spec, speeds, host_s, job).check()

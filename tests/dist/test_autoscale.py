@@ -1,0 +1,183 @@
+"""Servers bought from the emulated provider (`--provider local`): revocations, replacements and
+the scaler's joins and leaves leave the trained state bitwise unchanged, and the cost ledger is
+the sum of its lease lines.
+
+The revocations come from a spot trace of two lifetimes per kind (one short, one beyond the run);
+which server draws which is seeded, so `seed_for` picks a provider seed that revokes exactly the
+servers a test wants, from the provider itself (the draws belong to it, not to this file).
+"""
+
+import json
+import re
+
+import pytest
+
+from shoal_testing import metrics, shoal_run
+
+pytestmark = pytest.mark.dist
+DIGEST_30 = "f3859b268b1fcf92f4b59402ab968f02878b23ebae60d0baedfe735b4b8179b5"  # digits, 30 steps
+# p100s and k80s paced against a v100 of 0.08 s per micro-batch (a v100 would run at the host's
+# own speed): 30 steps outlast a replacement's process start-up, so it joins
+SLOW_HOST = {"SHOAL_EMULATED_HOST_S": "0.08"}
+
+
+def seed_for(trace, requests, short, **cfg):
+    """A provider seed under which the spot leases of `requests` (kind, tier, t) whose index is
+    in `short` are revoked within 100 s and every other spot lease outlives the run."""
+    from shoal.cluster.provider import provider_from_config
+    from shoal.config import ProviderConfig
+
+    cfg.setdefault("kinds", ",".join(sorted({kind for kind, _, _ in requests})))
+    for seed in range(500):
+        provider = provider_from_config(
+            ProviderConfig(name="local", spot_trace=str(trace), seed=seed, **cfg)
+        )
+        leases = [provider.request(k, t, at) for k, t, at in requests]
+        spot = [(i, x) for i, x in enumerate(leases) if x.tier == "spot"]
+        if all((x.revoke_at_s < 100) == (i in short) for i, x in spot):
+            return seed
+    pytest.skip("no provider seed gives the wanted revocations")
+
+
+def leases(out):
+    return [r for r in metrics(out) if r["kind"] == "lease"]
+
+
+def recompute_usd(lines):
+    """The ledger, again: per-second billing from each lease's open line to its close line."""
+    opened = {x["server"]: x for x in lines if x["action"] == "open"}
+    total = 0.0
+    for x in (x for x in lines if x["action"] == "close"):
+        start = opened[x["server"]]
+        total += start["usd_per_hour"] * (x["t_s"] - start["t_s"]) / 3600.0
+    return total
+
+
+def test_revocation_with_notice_same_state_ledger_and_report(tmp_path):
+    """The default suite's one run: a spot k80 revoked with a notice leaves at a step boundary
+    while there is no capacity to replace it (so no second process start is waited for); the
+    state is the fixed run's, the ledger is its lease lines, the report draws the cost."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,2\n")
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace),
+             "--time-scale", "5", "--startup", "5", "--notice", "3",
+             "--outage", "k80:spot:1-1e9"]  # fmt: skip
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, env={"SHOAL_EMULATED_HOST_S": "0.03"})
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    assert [(x["server"], x["action"], x.get("cause")) for x in lines] == [
+        (lines[0]["server"], "open", None),
+        (lines[1]["server"], "open", None),
+        (lines[1]["server"], "close", "revoked"),
+        (lines[0]["server"], "close", "end"),
+    ]
+    assert lines[1]["device"] == "k80" and lines[1]["tier"] == "spot"
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    assert [e["event"] for e in events if e["worker"] == "w1"] == ["notice", "leave"]
+    assert result["cost"]["revocations"] == 1
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+    by_tier = result["cost"]["by_tier"]
+    assert sum(by_tier.values()) == pytest.approx(result["cost"]["usd"], rel=1e-9)
+    assert json.loads((out / "scenario.json").read_text())["steps"] == 30
+
+    from shoal.report import write_report
+
+    page = write_report(out).read_text()
+    assert (out / "report" / "cost.png").stat().st_size > 1000
+    assert "cost (servers)" in page and 'id="cost"' in page
+
+
+@pytest.mark.slow
+def test_revoked_spot_server_is_replaced_same_state_and_ledger(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,2\nk80,100000\n")
+    cfg = dict(kinds="v100,p100,k80", startup_s=5.0, notice="3")
+    seed = seed_for(
+        trace, [("p100", "on_demand", 0), ("k80", "spot", 0), ("k80", "spot", 7)], {1}, **cfg
+    )
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace),
+             "--provider-seed", str(seed), "--time-scale", "5", "--startup", "5",
+             "--notice", "3"]  # fmt: skip
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    revoked = [x for x in lines if x["action"] == "close" and x["cause"] == "revoked"]
+    assert [x["device"] for x in revoked] == ["k80"]
+    assert result["cost"]["revocations"] == 1
+    opened = [x for x in lines if x["action"] == "open"]
+    assert [(x["device"], x["tier"]) for x in opened][-1] == ("k80", "spot")  # the replacement
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    assert any(e["event"] == "notice" for e in events)
+    assert any(e["event"] == "join" for e in events)  # the replacement trained
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+    by_kind = result["cost"]["by_kind"]
+    assert sum(by_kind.values()) == pytest.approx(result["cost"]["usd"], rel=1e-9)
+    assert json.loads((out / "scenario.json").read_text())["host_s"] > 0
+
+
+@pytest.mark.slow
+def test_scaler_joins_and_leaves_revocation_without_notice(tmp_path):
+    """Autoscaling: the scaler's mix is executed as joins and graceful leaves while a spot
+    server is revoked with no notice (killed: at most the in-flight step is lost)."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,2\nk80,100000\np100,100000\nv100,100000\n")
+    seed = seed_for(trace, [("p100", "on_demand", 0), ("k80", "spot", 0)], {1}, startup_s=5.0)
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--autoscale", "--deadline", "1h", "--kinds",
+             "v100,p100,k80", "--spot-trace", str(trace), "--provider-seed", str(seed),
+             "--time-scale", "5", "--startup", "5", "--notice", "none"]  # fmt: skip
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    assert any(x["cause"] == "revoked" for x in lines if x["action"] == "close")
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    fails = [e for e in events if e["event"] == "fail"]
+    assert fails and all("SIGKILL" in e["detail"] for e in fails)
+    assert sum(e.get("lost_steps", 0) for e in events if e["event"] == "recover") <= len(fails)
+    assert any(r["kind"] == "cost" and r.get("projected_finish_s") for r in metrics(out))
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_out_of_capacity_falls_back_to_what_is_offered(tmp_path):
+    """No p100 spot capacity for the whole run: the scaler's requests for it fail and it
+    decides again with what is offered; nothing of that kind and tier is ever leased."""
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--autoscale", "--deadline", "1h", "--kinds", "v100,p100,k80",
+             "--outage", "p100:spot:0-1e9", "--time-scale", "5", "--startup", "5"]  # fmt: skip
+    result = shoal_run(out, "p100", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    opened = [(x["device"], x["tier"]) for x in leases(out) if x["action"] == "open"]
+    assert ("p100", "spot") not in opened
+    assert len(set(opened)) > 1  # it fell back to another kind or tier
+
+
+@pytest.mark.slow
+def test_every_spot_server_revoked_at_once_resumes_from_checkpoint(tmp_path):
+    """Both spot servers revoked with no notice while there is no capacity: the run waits,
+    requesting again each poll, and continues from the durable checkpoint when capacity
+    returns, in the same `shoal run`."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,7\nk80,100000\n")  # revoked some steps after a checkpoint
+    requests = [("k80", "spot", 0), ("k80", "spot", 0), ("k80", "spot", 30), ("k80", "spot", 30)]
+    seed = seed_for(trace, requests, {0, 1}, startup_s=5.0)
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "v100,k80", "--spot-trace", str(trace),
+             "--provider-seed", str(seed), "--time-scale", "5", "--startup", "5",
+             "--notice", "none", "--outage", "k80:spot:5-30",
+             "--checkpoint-every", "2"]  # fmt: skip
+    result = shoal_run(out, "2xk80:spot", 30, *flags, env=SLOW_HOST)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    revoked = [x for x in lines if x["action"] == "close" and x["cause"] == "revoked"]
+    assert len(revoked) == 2
+    later = [x for x in lines if x["action"] == "open" and x["t_s"] >= 30]
+    assert len(later) == 2  # capacity back: two new servers
+    steps = [r["step"] for r in metrics(out) if r["kind"] == "step"]
+    assert sorted(set(steps)) == list(range(30))
+    assert len(steps) - len(set(steps)) <= 2  # the steps after the last checkpoint at most
+    logs = "".join(p.read_text() for p in (out / "logs" / "attempt-1").glob("w*.log"))
+    resumed = re.search(r"state at step (\d+) from local", logs)  # the first new worker's
+    assert resumed and int(resumed[1]) > 0  # from the checkpoint, not a fresh start

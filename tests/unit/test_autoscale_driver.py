@@ -1,0 +1,120 @@
+"""`shoal run --provider local`: bad input is one line and exit code 2 before any worker starts;
+the driver's small pure parts (tiers in --workers, the flags' parsing)."""
+
+import pathlib
+
+import pytest
+
+from shoal.cli import main
+from shoal.config import ProviderConfig, parse_duration, parse_usd
+from shoal.errors import UserError
+from shoal.launcher.autoscale import split_tiers
+
+DIGITS = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits.py")
+PROVIDER = ["--provider", "local"]
+
+
+def run_error(capsys, tmp_path, workers, *extra, steps=2):
+    out = tmp_path / "out"
+    argv = ["run", DIGITS, "--workers", workers, "--steps", str(steps), "--out", str(out), *extra]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert not (out / "metrics.jsonl").exists()  # refused before any worker started
+    return err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--autoscale", "--deadline", "1h"], "--provider local"),
+        ([*PROVIDER, "--autoscale"], "needs a goal"),
+        ([*PROVIDER, "--autoscale", "--deadline", "1h", "--budget", "2usd"], "not both"),
+        ([*PROVIDER, "--autoscale", "--deadline", "soon"], "--deadline"),
+        ([*PROVIDER, "--autoscale", "--budget", "lots"], "--budget"),
+        ([*PROVIDER, "--deadline", "1h"], "--autoscale"),
+        ([*PROVIDER, "--kinds", "v100,tpu9"], "tpu9"),
+        ([*PROVIDER, "--notice", "soon"], "--notice"),
+        ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
+        ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
+    ],
+)
+def test_bad_provider_flags(capsys, tmp_path, extra, needle):
+    assert needle in run_error(capsys, tmp_path, "v100", *extra)
+
+
+def test_tier_without_provider(capsys, tmp_path):
+    assert "k80:spot" in run_error(capsys, tmp_path, "k80:spot")
+
+
+def test_malformed_spot_trace_names_file_and_line(capsys, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,100\nk80,a while\n")
+    err = run_error(capsys, tmp_path, "v100", *PROVIDER, "--spot-trace", str(trace))
+    assert f"{trace}:2" in err
+
+
+def test_impossible_deadline_says_the_fastest_finish(capsys, tmp_path):
+    extra = [*PROVIDER, "--autoscale", "--deadline", "1s", "--kinds", "v100,k80"]
+    err = run_error(capsys, tmp_path, "k80", *extra, steps=100000)
+    assert "impossible" in err and "fastest" in err
+
+
+def test_budget_below_one_step(capsys, tmp_path):
+    extra = [*PROVIDER, "--autoscale", "--budget", "0.0000000001usd"]
+    err = run_error(capsys, tmp_path, "k80", *extra)
+    assert "budget" in err and "below one step" in err
+
+
+def test_split_tiers():
+    assert split_tiers("2xk80:spot,v100") == ("2xk80,v100", ["spot", "spot", "on_demand"])
+    assert split_tiers("p100:on_demand") == ("p100", ["on_demand"])
+    with pytest.raises(UserError):
+        split_tiers("k80:cheap")
+
+
+def test_goal_parsing():
+    assert parse_duration("45m", "--deadline") == 2700
+    assert parse_duration("2h", "--deadline") == 7200
+    assert parse_duration("900s", "--deadline") == parse_duration("900", "--deadline") == 900
+    assert parse_usd("2.50usd", "--budget") == parse_usd("$2.5", "--budget") == 2.5
+    cfg = ProviderConfig(name="local", quota=("k80:spot=2",), outages=("v100:spot:10-20",))
+    assert cfg.quota_map == {("k80", "spot"): 2}
+    assert cfg.outage_list == (("v100", "spot", 10.0, 20.0),)
+    assert ProviderConfig(name="local", notice="none").notice_s is None
+
+
+def make_driver(**provider):
+    """A driver outside any controller: the launch-time check's configuration."""
+    import types
+
+    from shoal.config import RunConfig
+    from shoal.launcher.autoscale import Driver
+    from shoal.launcher.spec import RunSpec, Speeds
+
+    cfg = ProviderConfig(name="local", kinds="v100,k80", time_scale=10.0, **provider)
+    spec = RunSpec(RunConfig(job=DIGITS, steps=100, out="unused", provider=cfg), ["k80", "k80"],
+                   tiers=["spot", "on_demand"])  # fmt: skip
+    speeds = Speeds({"v100": 1.0, "k80": 3.0}, {"v100": 1.0, "k80": 3.0})
+    job = types.SimpleNamespace(micro_batch_size=16, global_batch_size=64)
+    return Driver(spec, speeds, 0.01, job)
+
+
+def test_driver_measures_host_overhead_and_batch_changes():
+    from shoal.metrics import MembershipEvent, StepLine, WorkerShare
+
+    d = make_driver()
+    assert d.want == {("k80", "on_demand"): 1, ("k80", "spot"): 1}
+    assert d.scenario().host_s == pytest.approx(0.1)  # the launcher's estimate, emulated
+    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
+    for _ in range(3):
+        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    sc = d.scenario()
+    assert sc.host_s == pytest.approx(0.1)  # 0.03 s per k80 micro-batch / 3, x 10
+    assert sc.step_overhead_s == pytest.approx(0.1)  # 0.07 - 2 x 0.03, x 10
+    d.redecide = False
+    d.observe(StepLine(step=5, global_batch_size=128, step_time_s=0.07, workers=shares))
+    assert d.redecide and d.scenario().batch == ((0, 64), (5, 128))
+    d.observe(MembershipEvent("recover", "w0", recovery_time_s=0.5))
+    assert d.scenario().change_cost_s == pytest.approx(5.0)
+    assert d.scenario().initial == {"k80:on_demand": 1, "k80:spot": 1}
