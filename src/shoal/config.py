@@ -54,20 +54,21 @@ class CheckpointConfig:
             metavar="SECONDS",
         ),
     )
-    keep: int = field(
-        default=3,
-        metadata=_flag(
-            "--checkpoint-keep",
-            "durable checkpoints kept, newest first (0: all of them)",
-            metavar="K",
-        ),
-    )
     dir: str | None = field(
         default=None,
         metadata=_flag(
             "--checkpoint-dir",
             "directory or fsspec URL for checkpoints (default: OUT/checkpoints)",
             metavar="DIR|URL",
+        ),
+    )
+
+    keep: int = field(
+        default=3,
+        metadata=_flag(
+            "--checkpoint-keep",
+            "durable checkpoints kept, newest first (0: all of them)",
+            metavar="K",
         ),
     )
 
