@@ -291,7 +291,7 @@ def _train(w: Worker, group: Group, device: torch.device):
     trainer = w.trainer
     source, lost = sync_state(trainer, w.has_state, w.fallback, device, w.attempted)
     if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
-        trainer.exchange.share(device)
+        trainer.exchange.share(device, trainer.step)
     w.note(f"state at step {trainer.step} from {source}")
     if not w.has_state:
         w.samples_at_start = trainer.samples_seen

@@ -170,8 +170,9 @@ class StepReducer:
         if exchange is not None and (self.fixed is None or measure):
             raise UserError("--compress needs --consistency exact and a fixed batch size")
 
-    def begin(self, num_micro_batches: int, similarity: bool = False) -> None:
-        """Start a pass of `num_micro_batches`; `similarity`: also sum the first half apart."""
+    def begin(self, num_micro_batches: int, similarity: bool = False, step: int = 0) -> None:
+        """Start a pass of `num_micro_batches` of `step`; `similarity`: also sum the first
+        half apart."""
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
@@ -182,7 +183,10 @@ class StepReducer:
             self.buf = torch.zeros(self.base + halves, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints : self.base]
         self.extra.zero_()  # the gradient's part is the accumulator's to reset
-        self._began = time.perf_counter()  # the pass's compute time: what an exchange hides under
+        self._began, self._step = (
+            time.perf_counter(),
+            step,
+        )  # the pass's compute time: what an exchange hides under
         self.losses: dict[int, float] = {}
         self.sqnorms: dict[int, torch.Tensor] = {}
         self.similarity = similarity and self.measure and num_micro_batches >= 2
@@ -227,7 +231,9 @@ class StepReducer:
         in_flight = []
         if self.exchange is not None:  # synchronous: inside each site, then across sites
             compute_s = time.perf_counter() - self._began
-            self._merged, rest = self.exchange.exchange(message, self.fixed.unit, compute_s)
+            self._merged, rest = self.exchange.exchange(
+                message, self.fixed.unit, compute_s, self._step
+            )
             self.extra.copy_(rest)
             return PendingStep(self, in_flight)
         if self.world_size > 1:

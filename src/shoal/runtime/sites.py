@@ -50,7 +50,7 @@ from shoal.control.bandwidth import (
     parse_sites,
 )
 from shoal.runtime.compress import ErrorFeedback, unpack
-from shoal.runtime.membership import Group, broadcast_bytes, collective
+from shoal.runtime.membership import Group, PeerFailure, broadcast_bytes, collective
 
 SAMPLE_FLOATS = 3  # agreed by the leaders: exchange_s, compute_s, fixed cost (overhead_s)
 MIN_SECONDS = 1e-6  # a timing of zero would be refused by the controller
@@ -93,6 +93,11 @@ class SiteExchange:
         self.sizes = [p.numel() for p in params]
         self.names = [str(i) for i in range(len(params))]
         self.feedback: dict[str, ErrorFeedback] = {}  # by site key
+        self.tags: dict[str, int] = {}  # by site key: the step its residuals feed into
+        # residuals this worker computed, kept out of a step's rollback: a worker whose step
+        # failed after its site compressed may be the only one left holding what its site
+        # sent (`share` takes the newest that matches the group's step)
+        self.kept: dict[str, tuple[int, dict]] = {}
         self.controller = BandwidthController(self.sizes, 1) if self.mode == "auto" else None
         self.overhead_s = 0.0  # the last agreement gather's time: the next fixed-cost sample
         self.record: dict | None = None  # the last exchange's link figures (step lines)
@@ -123,22 +128,25 @@ class SiteExchange:
 
     # -- the step ------------------------------------------------------------------------------
     def exchange(
-        self, message: torch.Tensor, unit: torch.Tensor, compute_s: float
+        self, message: torch.Tensor, unit: torch.Tensor, compute_s: float, step: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`message`: this worker's int64 step message (gradient integers, then the rest);
-        `unit`: the grid's per-entry 2**(E-P)/M. Returns (the merged mean gradient, fp32;
-        the whole group's summed rest of the message, int64)."""
+        `unit`: the grid's per-entry 2**(E-P)/M; `step`: the step computed. Returns (the
+        merged mean gradient, fp32; the whole group's summed rest of the message, int64)."""
         numel = unit.numel()
         if self.site_group is not None:
-            collective(dist.all_reduce, message, group=self.site_group)
+            self._collective(dist.all_reduce, message, group=self.site_group)
         # the exact engine's decode, on the site's integers: the site's share of the mean
         share = message[:numel].to(torch.float64).mul_(unit).to(torch.float32)
         keep = self.keep_ratio()
         feedback = self.feedback.setdefault(self.site.key, ErrorFeedback(keep, self.selector))
         feedback.keep_ratio = keep
         self._snapshot = feedback.state_dict()
+        self._snapshot_tag = self.tags.get(self.site.key, step)
         rest = message[numel:].contiguous()
         mine = torch.cat([rest.view(torch.uint8), self._compress(feedback, share, keep)])
+        self.tags[self.site.key] = step + 1
+        self.kept[self.site.key] = (step + 1, feedback.state_dict())
         chunks = [mine] if len(self.sites) == 1 else self._gather(mine, keep, compute_s)
         if len(self.sites) == 1:
             self.record = None
@@ -148,9 +156,22 @@ class SiteExchange:
             summed += chunk[:width].clone().view(torch.int64)
         return self._merge([c[width:] for c in chunks], keep, share.device), summed
 
+    def _collective(self, fn, *args, **kwargs) -> None:
+        """A collective on a site or leaders' group. On a peer's failure this worker lets go
+        of those groups: destroying the default group frees them only once nothing holds them,
+        and until then their sockets stay open, so a peer waiting here (a leader whose only
+        link to the failed site is this worker) would wait out the whole peer timeout."""
+        try:
+            collective(fn, *args, **kwargs)
+        except PeerFailure:
+            self.site_group = self.leaders = None
+            raise
+
     def rollback(self) -> None:
         """The step is computed again (a bound overflowed somewhere): residuals as before."""
         self.feedback[self.site.key].load_state_dict(self._snapshot)
+        self.tags[self.site.key] = self._snapshot_tag
+        self.kept.pop(self.site.key, None)
 
     def _sizes(self, keep: float) -> list[int]:
         if keep >= 1.0:
@@ -196,16 +217,16 @@ class SiteExchange:
         if self.leaders is not None:
             chunks = [torch.empty_like(mine) for _ in range(num_sites)]
             t0 = time.perf_counter()
-            collective(dist.all_gather, chunks, mine, group=self.leaders)
+            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
             t1 = time.perf_counter()
             sample = torch.tensor([t1 - t0, compute_s, self.overhead_s], dtype=torch.float64)
             samples = [torch.empty_like(sample) for _ in range(num_sites)]
-            collective(dist.all_gather, samples, sample.to(device), group=self.leaders)
+            self._collective(dist.all_gather, samples, sample.to(device), group=self.leaders)
             self.overhead_s = time.perf_counter() - t1  # a tiny exchange: the link's fixed cost
             agreed = torch.stack(samples).amax(0)
             packet = torch.cat([*chunks, agreed.view(torch.uint8)])
         if self.site_group is not None:
-            collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
+            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
         agreed = packet[-8 * SAMPLE_FLOATS :].clone().view(torch.float64).tolist()
         self._observe(agreed, mine.numel(), keep)
         return list(packet[: -8 * SAMPLE_FLOATS].view(num_sites, -1))
@@ -224,7 +245,8 @@ class SiteExchange:
 
     # -- state -----------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        state: dict = {"feedback": {k: fb.state_dict() for k, fb in self.feedback.items()}}
+        feedback = {k: fb.state_dict() for k, fb in self.feedback.items()}
+        state: dict = {"feedback": feedback, "tags": dict(self.tags)}
         if self.controller is not None:
             state["controller"] = self.controller.state_dict()
         return state
@@ -234,31 +256,49 @@ class SiteExchange:
         for key, saved in state.get("feedback", {}).items():
             self.feedback[key] = ErrorFeedback(1.0, self.selector)
             self.feedback[key].load_state_dict(saved)
+        self.tags = {k: int(v) for k, v in state.get("tags", {}).items()}
         if self.controller is not None and state.get("controller"):
             self.controller.load_state_dict(state["controller"])
 
-    def share(self, device: torch.device) -> None:
-        """After the group's state sync: each site's members adopt that site's residuals
-        from the lowest rank holding them (a joiner, or a worker whose state came from a
-        peer in another site, lacks them); a site nobody holds starts from zero residuals.
-        Each worker then keeps only its own site's."""
+    def _candidate(self, key: str, step: int) -> tuple[int, dict | None]:
+        """This worker's newest residuals of site `key` that fit a group at `step`."""
+        found = [(t, s) for t, s in [self.kept.get(key, (-1, None))] if t <= step]
+        if key in self.feedback and self.tags.get(key, -1) <= step:
+            found.append((self.tags[key], self.feedback[key].state_dict()))
+        return max(found, key=lambda c: c[0], default=(-1, None))
+
+    def share(self, device: torch.device, step: int) -> None:
+        """After the group's state sync (every member at `step`): each site's members adopt
+        that site's newest residuals fitting `step` from the lowest rank holding them (a
+        joiner, a worker whose state came from a peer in another site, or one whose last step
+        failed lacks them); a site nobody holds starts from zero residuals. Each worker then
+        keeps only its own site's."""
         from shoal.runtime.transfer import deserialize, serialize
 
-        if self.world_size > 1:
-            for site in self.sites:
-                holds = site.key in self.feedback
-                lacks = self.rank in site.ranks and not holds
-                holder = torch.tensor([self.rank if holds else self.world_size], device=device)
-                lacking = torch.tensor([int(lacks)], device=device)
+        chosen: dict[str, tuple[int, dict | None]] = {}
+        for site in self.sites:
+            tag, state = self._candidate(site.key, step)
+            if self.world_size > 1:
+                best = torch.tensor([tag], device=device)
+                collective(dist.all_reduce, best, op=dist.ReduceOp.MAX)
+                holder = torch.tensor([self.rank if tag == int(best) else self.world_size])
+                holder = holder.to(device)
                 collective(dist.all_reduce, holder, op=dist.ReduceOp.MIN)
-                collective(dist.all_reduce, lacking, op=dist.ReduceOp.MAX)
-                src, anyone_lacks = int(holder), bool(lacking)
-                if src == self.world_size or not anyone_lacks:
-                    continue
-                mine = self.feedback[site.key].state_dict() if self.rank == src else None
-                data = broadcast_bytes(serialize(mine) if mine else None, src, device)
-                if lacks:
-                    self.feedback[site.key] = ErrorFeedback(1.0, self.selector)
-                    self.feedback[site.key].load_state_dict(deserialize(data))
-        own = self.feedback.get(self.site.key)
-        self.feedback = {self.site.key: own} if own is not None else {}
+                if int(best) >= 0 and int(best) > tag and self.rank in site.ranks:
+                    tag, state = int(best), {}  # filled in by the broadcast below
+                if int(best) >= 0:
+                    lacking = torch.tensor([int(state == {})], device=device)
+                    collective(dist.all_reduce, lacking, op=dist.ReduceOp.MAX)
+                    if int(lacking):
+                        src = int(holder)
+                        data = serialize(state) if self.rank == src else None
+                        received = broadcast_bytes(data, src, device)
+                        if state == {}:
+                            state = deserialize(received)
+            chosen[site.key] = (tag, state)
+        tag, state = chosen[self.site.key]
+        self.feedback, self.tags, self.kept = {}, {}, {}
+        if state:
+            self.feedback[self.site.key] = ErrorFeedback(1.0, self.selector)
+            self.feedback[self.site.key].load_state_dict(state)
+            self.tags[self.site.key] = tag

@@ -310,7 +310,7 @@ class Trainer:
     ) -> list[float]:
         """Forward/backward of this worker's micro-batches, back to back; returns the seconds
         each took. `similarity`: the step also sums its first half apart (adaptive batch)."""
-        self.reducer.begin(num_micro_batches, similarity)
+        self.reducer.begin(num_micro_batches, similarity, self.step)
         initial = [b.clone() for b in self.model.buffers()]
         seconds = []
         for j in micro_batches:
