@@ -305,6 +305,8 @@ class RunConfig:
             raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")
         if self.on_nonfinite not in ("stop", "skip"):
             raise UserError(f"--on-nonfinite must be stop or skip, got {self.on_nonfinite!r}")
+        if self.link.compress != "none" and self.consistency != "exact":
+            raise UserError("--compress needs --consistency exact (sites sum exactly inside)")
         object.__setattr__(self, "options", tuple(self.options))
 
     def to_json(self) -> str:
