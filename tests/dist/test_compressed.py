@@ -5,7 +5,7 @@ slow-link bed (root only) --compress auto follows a change of the link's rate.""
 import pytest
 from slowlink.testbed import bed_available
 
-from shoal_testing import ROOT, shoal_run
+from shoal_testing import ROOT, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 DENSE_30 = "f3859b268b1fcf92f4b59402ab968f02878b23ebae60d0baedfe735b4b8179b5"  # any layout
@@ -29,6 +29,25 @@ def test_a_kill_in_a_site_keeps_the_digest_of_the_same_site_assignment(tmp_path)
     plain = shoal_run(tmp_path / "plain", "v100,k80", 30, *COMPRESSED, "--sites", "0/1")
     assert killed["state_sha256"] == plain["state_sha256"]
     assert plain["state_sha256"] != DENSE_30  # compression changed what was applied
+
+
+@pytest.mark.slow
+def test_a_joiner_gets_its_sites_residuals_and_can_lead_the_site(tmp_path):
+    """w2 joins site 1 (named by --sites, not started), receives site 1's residuals from w1
+    (`SiteExchange.share`), then w1 is killed and w2 leads the site: the digest is still that
+    of the uninterrupted two-worker run. Without the hand-over w2 would lead from zero
+    residuals and the digest would differ (checked by hand: 58d29a4b... against 92cb496f...)."""
+    events = "step 1: add k80; step 55: kill 1"
+    slow = {"SHOAL_EMULATED_HOST_S": "0.02"}  # slower steps, so the joiner arrives in time
+    args = [*COMPRESSED, "--sites", "0/1,2", "--events", events]
+    joined = shoal_run(tmp_path / "joined", "v100,k80", 60, *args, env=slow)
+    seen = [(r["event"], r["step"]) for r in metrics(tmp_path / "joined") if r["kind"] != "step"]
+    join_step = next(step for event, step in seen if event == "join")
+    kill_step = next(step for event, step in seen if event == "fail")
+    if join_step >= kill_step:
+        pytest.skip(f"the joiner arrived at step {join_step}, after the kill (a loaded host)")
+    plain = shoal_run(tmp_path / "plain", "v100,k80", 60, *COMPRESSED, "--sites", "0/1")
+    assert joined["state_sha256"] == plain["state_sha256"]
 
 
 def train_on_bed(out, rates_mbit, steps_per_rate, dim=128):
