@@ -50,7 +50,13 @@ from shoal.control.bandwidth import (
     parse_sites,
 )
 from shoal.runtime.compress import ErrorFeedback, unpack
-from shoal.runtime.membership import Group, PeerFailure, broadcast_bytes, collective
+from shoal.runtime.membership import (
+    Group,
+    PeerFailure,
+    broadcast_bytes,
+    collective,
+    peer_failures,
+)
 
 SAMPLE_FLOATS = 3  # agreed by the leaders: exchange_s, compute_s, fixed cost (overhead_s)
 MIN_SECONDS = 1e-6  # a timing of zero would be refused by the controller
@@ -83,6 +89,19 @@ def group_sites(ids: tuple[str, ...], spec: str | None) -> tuple[Site, ...]:
     return tuple(Site(key, tuple(ranks)) for key, ranks in by_key.items())
 
 
+def _world_timeout():
+    """The group's own collective timeout (the peer timeout), for the subgroups: by default
+    torch gives a new group 30 minutes, and a peer lost inside a site or between leaders
+    must fail the step as soon as it would in the whole group. None (torch's default) where
+    this torch does not expose it."""
+    try:
+        backend = dist.get_backend()
+        device = torch.device("cuda" if backend == "nccl" else "cpu")
+        return dist.group.WORLD._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+
+
 class SiteExchange:
     """The hierarchical compressed exchange of one worker (see the module's docstring)."""
 
@@ -104,22 +123,33 @@ class SiteExchange:
         self.regroup(Group(0, 0, 1, ("w0",), ("native",), (1.0,)))
 
     def regroup(self, group: Group) -> None:
-        """Sites of the new group and their process groups (every rank creates every group,
-        in the same order, as torch.distributed requires)."""
+        """Sites of the new group; their process groups are made at the first exchange."""
         self.sites = group_sites(group.ids, self.spec)
         self.rank, self.world_size = group.rank, group.world_size
         self.site = next(s for s in self.sites if group.rank in s.ranks)
         self.site_group = self.leaders = None
-        if group.world_size > 1:
+        self._groups_made = group.world_size == 1
+        if self.controller is not None:
+            self.controller.num_sites = len(self.sites)
+
+    def _make_groups(self) -> None:
+        """Every rank creates every site's group and the leaders', in the same order, as
+        torch.distributed requires. Inside the step, so that a member lost meanwhile is a
+        peer failure the step recovers from, not an error in the regroup."""
+        timeout = _world_timeout()
+        with peer_failures():
             for site in self.sites:
-                made = dist.new_group(list(site.ranks)) if len(site.ranks) > 1 else None
+                made = (
+                    dist.new_group(list(site.ranks), timeout=timeout)
+                    if len(site.ranks) > 1
+                    else None
+                )
                 if site is self.site:
                     self.site_group = made
             if len(self.sites) > 1:
-                made = dist.new_group([s.ranks[0] for s in self.sites])
+                made = dist.new_group([s.ranks[0] for s in self.sites], timeout=timeout)
                 self.leaders = made if self.rank == self.site.ranks[0] else None
-        if self.controller is not None:
-            self.controller.num_sites = len(self.sites)
+        self._groups_made = True
 
     def keep_ratio(self) -> float:
         if len(self.sites) < 2:
@@ -134,6 +164,8 @@ class SiteExchange:
         `unit`: the grid's per-entry 2**(E-P)/M; `step`: the step computed. Returns (the
         merged mean gradient, fp32; the whole group's summed rest of the message, int64)."""
         numel = unit.numel()
+        if not self._groups_made:
+            self._make_groups()
         if self.site_group is not None:
             self._collective(dist.all_reduce, message, group=self.site_group)
         # the exact engine's decode, on the site's integers: the site's share of the mean
