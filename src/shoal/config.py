@@ -393,6 +393,68 @@ class ProviderConfig:
 
 
 @dataclass(frozen=True)
+class SlowLinkConfig:
+    """Training across slow links (issue 15): which workers share a site, and how the sites'
+    sums cross the links between them. Inside a site the exact dense sum runs as always;
+    across sites each site's leader sends a sparse message with error feedback
+    (`runtime/sites.py`). With `compress` none (the default) nothing changes."""
+
+    sites: str | None = field(
+        default=None,
+        metadata=_flag(
+            "--sites",
+            "worker indices per site, e.g. 0,1/2,3 (default: one site; under torchrun one "
+            "site per node); a worker the spec does not name joins site (index mod sites)",
+            metavar="SPEC",
+        ),
+    )
+    compress: str = field(
+        default="none",
+        metadata=_flag(
+            "--compress",
+            "across sites: none, topk:KEEP, blocktopk:KEEP (KEEP in (0, 1)), or auto (the "
+            "bandwidth controller picks KEEP each step)",
+            metavar="MODE",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        # the grammar only (config imports nothing but errors); `control.bandwidth`'s
+        # parse_compress / parse_sites give the worker its parsed values
+        mode, _, keep = self.compress.partition(":")
+        if mode in ("none", "auto") and not keep and not _:
+            pass
+        elif mode in ("topk", "blocktopk") and keep:
+            try:
+                ratio = float(keep)
+            except ValueError:
+                raise UserError(f"--compress {self.compress}: KEEP must be a number") from None
+            if not 0.0 < ratio < 1.0:
+                raise UserError(f"--compress keep ratio must be in (0, 1), got {keep}")
+        else:
+            raise UserError(
+                f"--compress must be none, topk:KEEP, blocktopk:KEEP or auto, got {self.compress!r}"
+            )
+        if self.sites is not None:
+            _check_sites(self.sites)
+
+
+def _check_sites(spec: str) -> None:
+    """A site spec names workers 0..n-1, each in exactly one site, every site non-empty."""
+    seen: list[int] = []
+    for i, part in enumerate(spec.split("/")):
+        names = [w.strip() for w in part.split(",") if w.strip()]
+        if not names:
+            raise UserError(f"--sites: site {i} of {spec!r} names no worker")
+        try:
+            seen += [int(w) for w in names]
+        except ValueError:
+            raise UserError(f"--sites {spec!r}: workers are indices, got {part!r}") from None
+    if sorted(seen) != list(range(len(seen))):
+        raise UserError(f"--sites {spec!r} must name workers 0..{len(seen) - 1}, each once")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What one worker process needs to train a job: shared by every worker of a run."""
 
@@ -467,6 +529,7 @@ class RunConfig:
             choices=("stop", "skip"),
         ),
     )
+    link: SlowLinkConfig = field(default_factory=SlowLinkConfig)
 
     def __post_init__(self) -> None:
         _at_least(self.steps, 1, "--steps")
@@ -477,6 +540,8 @@ class RunConfig:
             raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")
         if self.on_nonfinite not in ("stop", "skip"):
             raise UserError(f"--on-nonfinite must be stop or skip, got {self.on_nonfinite!r}")
+        if self.link.compress != "none" and self.consistency != "exact":
+            raise UserError("--compress needs --consistency exact (sites sum exactly inside)")
         object.__setattr__(self, "options", tuple(self.options))
 
     def to_json(self) -> str:
@@ -489,6 +554,7 @@ class RunConfig:
         raw["emulation"] = EmulationConfig(**raw["emulation"])
         raw["batch"] = BatchConfig(**raw.get("batch", {}))
         raw["provider"] = ProviderConfig(**raw.get("provider", {}))
+        raw["link"] = SlowLinkConfig(**raw.get("link", {}))
         return cls(**raw)
 
     def to_env(self) -> dict[str, str]:

@@ -135,6 +135,12 @@ class StepLine:
     noise_scale: float | None = None
     similarity: float | None = None
     lr_factor: float | None = None
+    # --compress (None otherwise): the keep ratio used, the measured link throughput, the
+    # bytes one site put on its link and the seconds of the exchange across sites
+    keep_ratio: float | None = None
+    link_mbit_s: float | None = None
+    sent_bytes: int | None = None
+    exchange_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {"kind": "step", **_drop_none(self)}
@@ -162,6 +168,10 @@ class StepLine:
             noise_scale=f.float_("noise_scale"),
             similarity=f.float_("similarity"),
             lr_factor=f.float_("lr_factor"),
+            keep_ratio=f.float_("keep_ratio"),
+            link_mbit_s=f.float_("link_mbit_s"),
+            sent_bytes=f.int_("sent_bytes"),
+            exchange_s=f.float_("exchange_s"),
         )
 
 

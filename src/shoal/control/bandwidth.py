@@ -42,6 +42,22 @@ def validate_slow_link(keep_ratio: float | None = None, local_steps: int | None 
         raise UserError(f"local steps H must be an integer >= 1, got {local_steps}")
 
 
+def parse_compress(spec: str) -> tuple[str, float | None]:
+    """`--compress` as (mode, keep ratio): ("none", None), ("auto", None), ("topk", KEEP) or
+    ("block", KEEP) for blocktopk:KEEP; KEEP must lie in (0, 1)."""
+    mode, sep, keep = spec.partition(":")
+    if mode in ("none", "auto") and not sep:
+        return mode, None
+    if mode in ("topk", "blocktopk") and keep:
+        try:
+            ratio = float(keep)
+        except ValueError:
+            raise UserError(f"--compress {spec}: KEEP must be a number") from None
+        validate_slow_link(keep_ratio=ratio)
+        return ("topk" if mode == "topk" else "block"), ratio
+    raise UserError(f"--compress must be none, topk:KEEP, blocktopk:KEEP or auto, got {spec!r}")
+
+
 def parse_sites(spec: str, num_workers: int) -> tuple[tuple[int, ...], ...]:
     """Sites from a spec such as "0,1/2,3" (worker indices, sites split by "/"): every site
     names at least one worker, and every worker is in exactly one site."""
@@ -166,6 +182,26 @@ class BandwidthController:
     @property
     def keep_ratio(self) -> float:
         return self.rungs[self.rung]
+
+    def state_dict(self) -> dict:
+        """Everything a decision depends on (JSON-safe): a joiner adopts it with the training
+        state, so every worker decides the same next keep ratio from the same agreed sample."""
+        return {
+            "rung": self.rung,
+            "link_bytes_per_s": self.link_bytes_per_s,
+            "overheads": list(self._overheads),
+            "fits_above": self._fits_above,
+            "patience": self._patience,
+            "since_up": self._since_up,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rung = int(state["rung"])
+        self.link_bytes_per_s = state["link_bytes_per_s"]
+        self._overheads = [float(x) for x in state["overheads"]]
+        self.overhead_s = min(self._overheads) if self._overheads else 0.0
+        self._fits_above, self._patience = int(state["fits_above"]), int(state["patience"])
+        self._since_up = state["since_up"]
 
     def comm_s(self, keep_ratio: float) -> float:
         """Model: seconds the exchange takes at this keep ratio: fixed cost + bytes / rate."""

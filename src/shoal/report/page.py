@@ -55,6 +55,12 @@ FIGURES: dict[str, tuple[str, str]] = {
         "leaves, abrupt failures and recoveries; a recovery is annotated with how long it "
         "took (thick line) and how many steps were lost.",
     ),
+    "link": (
+        "Across slow links",
+        "With --compress and two sites or more: the throughput measured on the exchange "
+        "between sites, the keep ratio each step sent (--compress auto chooses it from the "
+        "measured rate), the step time and the exchange's time.",
+    ),
 }
 
 CSS = """

@@ -319,10 +319,13 @@ def render_plots(run: Run, timeline: Timeline, directory: Path) -> dict[str, Pat
     """Write all plots into `directory` (created if needed); return name -> PNG path."""
     directory.mkdir(parents=True, exist_ok=True)
     names = ["loss", "throughput", "share", "timeline"] + (["batch"] if adaptive(run) else [])
+    names += ["link"] if compressed(run) else []
     paths = {name: directory / f"{name}.png" for name in names}
     plot_loss(run, paths["loss"])
     if "batch" in paths:
         plot_batch(run, paths["batch"])
+    if "link" in paths:
+        plot_link(run, paths["link"])
     plot_throughput(run, timeline, paths["throughput"])
     plot_share(run, paths["share"])
     plot_timeline(timeline, paths["timeline"])
@@ -362,4 +365,43 @@ def plot_cost(run: Run, path: Path) -> None:
     ax.set_ylabel("spent (USD)")
     ax.set_title(f"Cost by kind ({len(revoked)} revocations marked)")
     ax.legend(loc="upper left", fontsize="small", frameon=False)
+    fig.savefig(path, format="png")
+
+
+def compressed(run: Run) -> bool:
+    """Whether the run logged an exchange across sites (`--compress` with two sites or more)."""
+    return any(s.keep_ratio is not None for s in run.steps)
+
+
+# (field of StepLine, axis label, log scale)
+LINK_PANELS = (
+    ("link_mbit_s", "link rate\n(Mbit/s, measured)", True),
+    ("keep_ratio", "keep ratio", True),
+    ("step_time_s", "step time (s)", False),
+    ("exchange_s", "exchange (s)", False),
+)
+
+
+def plot_link(run: Run, path: Path) -> None:
+    """Across slow links: the measured link throughput, the keep ratio the step used, the
+    step time and the exchange time, on a shared step axis, so a change of the link's rate
+    lines up with the controller's answer (`--compress auto`) and what it cost."""
+    fig = _figure(1.6 * len(LINK_PANELS))
+    axes = fig.subplots(len(LINK_PANELS), 1, sharex=True)
+    for ax, (name, label, log) in zip(axes, LINK_PANELS, strict=True):
+        points = [(s.step, getattr(s, name)) for s in run.steps if getattr(s, name) is not None]
+        if not points:
+            _no_data(ax, f"no {name.replace('_', ' ')} logged")
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        drawstyle = "steps-post" if name == "keep_ratio" else "default"
+        ax.plot(xs, ys, color="#333", linewidth=1.5, drawstyle=drawstyle)
+        if log and min(ys) > 0:
+            ax.set_yscale("log")
+        _event_lines(ax, _changes_by_step(run))
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("step")
+    _integer_steps(axes[-1])
+    axes[0].set_title("Across slow links")
     fig.savefig(path, format="png")

@@ -156,6 +156,17 @@ class ErrorFeedback:
         self.residual[name] = acc
         return message
 
+    def state_dict(self) -> dict:
+        """Residuals and thresholds. Residual tensors are replaced, never changed in place, so
+        this shallow copy is a snapshot that a rolled-back step can return to."""
+        threshold = dict(self.selector.threshold) if self.selector else {}
+        return {"residual": dict(self.residual), "threshold": threshold}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.residual = dict(state["residual"])
+        if self.selector is not None:
+            self.selector.threshold = {k: float(v) for k, v in state["threshold"].items()}
+
 
 def no_feedback_message(grad: torch.Tensor, keep_ratio: float) -> torch.Tensor:
     """Top-k message of the gradient alone: what is dropped is lost (the ablation of EF)."""

@@ -149,6 +149,11 @@ class FixedPointAccumulator:
         # int64 -> float64 (exact below 2**53, correctly rounded above), then the scale: the
         # same arithmetic as one mixed-dtype multiply, in three plain passes at a third of its cost
         self.flat_grad.copy_(self._mean.copy_(summed).mul_(self.unit))
+        self.predict_bounds()
+
+    def predict_bounds(self) -> None:
+        """From the mean gradient now in .grad (decoded, or merged by the compressed exchange
+        of `sites.py`): mark non-finite tensors, predict the next step's bounds."""
         if bool(self.nonfinite.any()):
             self.flat_grad[self.nonfinite[self.segment]] = math.nan
         magnitude = self.flat_grad.abs()

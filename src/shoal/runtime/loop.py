@@ -185,6 +185,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         max_micro_batches=config.max_micro_batches,
         batch=config.batch,
         on_nonfinite=config.on_nonfinite,
+        link=config.link,
     )
     fingerprint = outputs.job_fingerprint(
         config.job, options, job, config.consistency, trainer.model
@@ -289,6 +290,8 @@ def _train(w: Worker, group: Group, device: torch.device):
     the last StepRecord (None if no step ran)."""
     trainer = w.trainer
     source, lost = sync_state(trainer, w.has_state, w.fallback, device, w.attempted)
+    if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
+        trainer.exchange.share(device, trainer.step)
     w.note(f"state at step {trainer.step} from {source}")
     if not w.has_state:
         w.samples_at_start = trainer.samples_seen

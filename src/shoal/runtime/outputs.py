@@ -126,6 +126,7 @@ class StepLog:
             noise_scale=rec.batch.noise_scale,
             similarity=rec.batch.similarity,
             lr_factor=rec.batch.lr_factor,
+            **(rec.link or {}),  # --compress: the exchange across sites
         )
         append_line(self.path, line)
 

@@ -15,6 +15,8 @@ Everything a step must share is packed into one int64 tensor and summed:
   layout) and, on the steps the policy measures similarity, the exact integer sum of the first
   half of the micro-batches (j < M//2) on the gradient's grid, appended to the message.
 One message per step keeps latency low on slow links and keeps every worker's view identical.
+With `--compress` (exact mode) the message crosses slow links in `sites.py`'s exchange instead:
+summed inside each site, compressed between sites; the rest of the step reads the same.
 `StepScalars` lays out its scalar part by name. `StepReducer.start` sends the message and
 returns a `PendingStep`; the trainer does the work that does not need the step's result, then
 waits on it.
@@ -22,14 +24,17 @@ waits on it.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from shoal.errors import UserError
 from shoal.runtime.exact import FixedPointAccumulator, flat_gradients
 from shoal.runtime.membership import peer_failures
+from shoal.runtime.sites import SiteExchange
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -118,6 +123,7 @@ class StepOutcome:
     sqnorms: list[float] | None = None  # |g_j|^2 per micro-batch (measured steps only)
     mean_sqnorm: float | None = None  # |g|^2 of the exact mean gradient (measured steps)
     similarity: float | None = None  # cosine of the two halves' exact sums (when asked)
+    link: dict | None = None  # compressed exchange: keep_ratio, sent_bytes, exchange_s, ...
 
 
 class PendingStep:
@@ -144,6 +150,7 @@ class StepReducer:
         rank: int,
         world_size: int,
         measure: bool = False,
+        exchange: SiteExchange | None = None,
     ):
         if consistency not in ("exact", "fast"):
             raise ValueError(f"consistency must be 'exact' or 'fast', got {consistency!r}")
@@ -159,9 +166,13 @@ class StepReducer:
         # sums the micro-batches' gradients before anyone could measure one)
         self.measure = measure and self.fixed is not None
         self._num_micro_batches = -1
+        self.exchange = exchange  # sites.py: the compressed exchange across slow links
+        if exchange is not None and (self.fixed is None or measure):
+            raise UserError("--compress needs --consistency exact and a fixed batch size")
 
-    def begin(self, num_micro_batches: int, similarity: bool = False) -> None:
-        """Start a pass of `num_micro_batches`; `similarity`: also sum the first half apart."""
+    def begin(self, num_micro_batches: int, similarity: bool = False, step: int = 0) -> None:
+        """Start a pass of `num_micro_batches` of `step`; `similarity`: also sum the first
+        half apart."""
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
@@ -172,6 +183,10 @@ class StepReducer:
             self.buf = torch.zeros(self.base + halves, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints : self.base]
         self.extra.zero_()  # the gradient's part is the accumulator's to reset
+        self._began, self._step = (
+            time.perf_counter(),
+            step,
+        )  # the pass's compute time: what an exchange hides under
         self.losses: dict[int, float] = {}
         self.sqnorms: dict[int, torch.Tensor] = {}
         self.similarity = similarity and self.measure and num_micro_batches >= 2
@@ -214,6 +229,13 @@ class StepReducer:
         self.extra[self.num_buffer_bits :].copy_(torch.from_numpy(mine))
         message = self.buf if self.similarity else self.buf[: self.base]
         in_flight = []
+        if self.exchange is not None:  # synchronous: inside each site, then across sites
+            compute_s = time.perf_counter() - self._began
+            self._merged, rest = self.exchange.exchange(
+                message, self.fixed.unit, compute_s, self._step
+            )
+            self.extra.copy_(rest)
+            return PendingStep(self, in_flight)
         if self.world_size > 1:
             with peer_failures():
                 if self.fixed is None:
@@ -228,7 +250,12 @@ class StepReducer:
         extra = self.extra.cpu()
         summed = extra[nb:].numpy()
         if self.fixed:
-            if not self.fixed.settle(self.scalars.overflowed(summed), self.buf[: self.fixed.numel]):
+            if self.exchange is not None:
+                if not self._settle_exchange(self.scalars.overflowed(summed)):
+                    return None
+            elif not self.fixed.settle(
+                self.scalars.overflowed(summed), self.buf[: self.fixed.numel]
+            ):
                 return None
         else:
             self.flat_grad /= self._num_micro_batches
@@ -239,7 +266,20 @@ class StepReducer:
         if self.similarity:
             total, half = self.buf[: self.fixed.numel], self.buf[self.base :]
             outcome.similarity = self.fixed.halves_cosine(total, half)
+        if self.exchange is not None:
+            outcome.link = self.exchange.record
         return outcome
+
+    def _settle_exchange(self, any_overflow: bool) -> bool:
+        """`FixedPointAccumulator.settle` for the compressed exchange: on an overflow the
+        residuals go back and the step probes; else the merged gradient is the step's."""
+        if any_overflow:
+            self.exchange.rollback()
+            self.fixed.probe_next = True
+            return False
+        self.fixed.flat_grad.copy_(self._merged)
+        self.fixed.predict_bounds()
+        return True
 
     def _sqnorms(self) -> dict[int, float] | None:
         """This worker's |g_j|^2, float64, read from the device in one transfer."""
@@ -256,8 +296,13 @@ class StepReducer:
             offset += n
 
     def state_dict(self) -> dict:
-        return self.fixed.state_dict() if self.fixed else {}
+        state = self.fixed.state_dict() if self.fixed else {}
+        if self.exchange is not None:  # residuals (and the controller): training state
+            state = {**state, "sites": self.exchange.state_dict()}
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if self.fixed:
             self.fixed.load_state_dict(state)
+        if self.exchange is not None and "sites" in state:
+            self.exchange.load_state_dict(state["sites"])

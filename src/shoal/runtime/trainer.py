@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from shoal.config import BatchConfig
+from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control import Rebalancer
 from shoal.control.gradstats import StepStats
 from shoal.job import Job
@@ -46,6 +46,7 @@ from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
+from shoal.runtime.sites import SiteExchange
 
 
 def seed_everything(seed: int) -> None:
@@ -101,6 +102,7 @@ class StepRecord:
     leaving: list[int]  # ranks leaving after this step
     regroup: bool  # the group re-forms after this step
     batch: BatchRecord = BatchRecord()  # noise scale, similarity, LR factor (adaptive batch)
+    link: dict | None = None  # --compress: keep_ratio, sent_bytes, exchange_s, link_mbit_s
 
 
 class Trainer:
@@ -115,6 +117,7 @@ class Trainer:
         max_micro_batches: int | None = None,
         batch: BatchConfig | None = None,
         on_nonfinite: str = "stop",
+        link: SlowLinkConfig | None = None,
     ):
         self.job, self.device = job, torch.device(device)
         self.pacer = pacer or Pacer()
@@ -131,6 +134,9 @@ class Trainer:
             batch or BatchConfig(), job, consistency, self.rebalancer.throughput_model
         )
         self.reducer: StepReducer | None = None
+        compressing = link is not None and link.compress != "none"
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.exchange = SiteExchange(trainable, link) if compressing else None  # sites.py
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.read_samples = batch_reader(job.dataset, job.collate_fn)
         self.step, self.samples_seen = 0, 0
@@ -143,8 +149,15 @@ class Trainer:
         """Train with a new group: new rank and world size; the training state is kept."""
         state = self.reducer.state_dict() if self.reducer else None
         self.rank, self.world_size = group.rank, group.world_size
+        if self.exchange is not None:
+            self.exchange.regroup(group)
         self.reducer = StepReducer(
-            self.model, self.consistency, self.rank, self.world_size, self.batch.measuring
+            self.model,
+            self.consistency,
+            self.rank,
+            self.world_size,
+            self.batch.measuring,
+            self.exchange,
         )
         if state is not None:
             self.reducer.load_state_dict(state)
@@ -257,6 +270,7 @@ class Trainer:
             redone=redone,
             leaving=outcome.leaving,
             regroup=outcome.regroup,
+            link=outcome.link,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
@@ -297,7 +311,7 @@ class Trainer:
     ) -> list[float]:
         """Forward/backward of this worker's micro-batches, back to back; returns the seconds
         each took. `similarity`: the step also sums its first half apart (adaptive batch)."""
-        self.reducer.begin(num_micro_batches, similarity)
+        self.reducer.begin(num_micro_batches, similarity, self.step)
         initial = [b.clone() for b in self.model.buffers()]
         seconds = []
         for j in micro_batches:

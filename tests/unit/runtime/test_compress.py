@@ -143,3 +143,66 @@ def test_error_feedback_matters_on_digits():
     assert without_ef <= dense - 5.0  # dropping what is not sent costs (15-25 points here)
     # Blocks of 16 are coarse on tensors this small: block top-k needs 5 % to match dense.
     assert block_ef >= dense - 1.0
+
+
+# -- the compressed exchange in the step (runtime/sites.py) ------------------------------------
+
+
+def test_sites_follow_the_spec_and_place_later_workers_by_index():
+    from shoal.runtime.sites import group_sites, site_keys
+
+    assert site_keys(("w0", "w1", "w2"), None) == ["0", "0", "0"]  # shoal run: one site
+    torchrun = ("h:10:0", "h:10:1", "h:20:0")  # one site per agent (node)
+    assert [s.ranks for s in group_sites(torchrun, None)] == [(0, 1), (2,)]
+    # w3 is not named: site 3 mod 2 = 1; sites merge in the order of their lowest rank
+    sites = group_sites(("w2", "w0", "w3"), "0/1,2")
+    assert [(s.key, s.ranks) for s in sites] == [("1", (0, 2)), ("0", (1,))]
+
+
+@pytest.mark.parametrize(
+    "spec", ["topk:0", "topk:1", "blocktopk:x", "gzip", "auto:0.5", "topk", "topk:1.5"]
+)
+def test_bad_compress_or_sites_is_one_line_user_error(spec):
+    from shoal.config import SlowLinkConfig
+    from shoal.control.bandwidth import parse_compress
+    from shoal.errors import UserError
+
+    for check in (lambda: SlowLinkConfig(compress=spec), lambda: parse_compress(spec)):
+        with pytest.raises(UserError) as err:
+            check()
+        assert "\n" not in str(err.value)
+    for sites in ("0//1", "0,1/1", "0/2", "a/b"):
+        with pytest.raises(UserError):
+            SlowLinkConfig(sites=sites)
+    assert parse_compress("blocktopk:0.05") == ("block", 0.05)
+
+
+def test_one_site_compressed_is_bitwise_the_dense_step():
+    """Nothing crosses a link with one site: the step's result is the dense one, bit for bit
+    (the site's share is decoded with the exact engine's arithmetic)."""
+    from shoal.config import SlowLinkConfig
+    from shoal.job import build_job, load_job_file
+    from shoal.runtime.state import state_sha256
+    from shoal.runtime.trainer import Trainer
+    from shoal_testing import DIGITS
+
+    digests = []
+    for link in (None, SlowLinkConfig(compress="blocktopk:0.05")):
+        trainer = Trainer(build_job(load_job_file(DIGITS), {}, None), link=link)
+        records = [trainer.train_step() for _ in range(6)]
+        digests.append(state_sha256(trainer.model, trainer.optimizer))
+    assert digests[0] == digests[1]
+    assert records[-1].link is None  # no exchange across sites, nothing to log
+
+
+def test_controller_state_round_trips():
+    from shoal.control.bandwidth import BandwidthController, LinkSample
+
+    first = BandwidthController([1000, 70_000], 2)
+    for rate in (1e8, 1e6, 1e6):  # a fast exchange, then a slow link: it moves down
+        first.observe(LinkSample(bytes_sent=284_000, exchange_s=284_000 / rate, compute_s=0.1))
+    second = BandwidthController([1000, 70_000], 2)
+    second.load_state_dict(first.state_dict())
+    assert first.keep_ratio < 1.0 and second.state_dict() == first.state_dict()
+    sample = LinkSample(bytes_sent=1000, exchange_s=0.01, compute_s=0.1)
+    assert first.observe(sample) == second.observe(sample)
