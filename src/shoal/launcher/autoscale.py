@@ -51,6 +51,7 @@ from shoal.sim.scenario import Scenario, step_time_model
 
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
+MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
 
 
 def split_tiers(workers: str) -> tuple[str, list[str]]:
@@ -125,6 +126,7 @@ class Driver:
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self._rates: dict[str, float] = {}
         self.started: float | None = None  # wall time the emulated clock started
+        self.last_step_s: float | None = None  # emulated time the last step line was written
         self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
 
     def now(self) -> float:
@@ -197,9 +199,12 @@ class Driver:
         now = self.now()
         if self.started is None:
             return  # nothing is decided before the first group trains
+        if self.ctl.steps_done >= self.spec.config.steps:
+            return  # trained: nothing more to buy while the workers write their results
         self._revocations(now)
         self._departures(now)
-        if self.scaler and (self.redecide or now >= self.next_decision_s):
+        measured = len(self.overhead) >= MEASURED or not self.ctl.members
+        if self.scaler and measured and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
         self._fill(now)
         self._shrink()
@@ -326,6 +331,7 @@ class Driver:
             scale_every_s=cfg.scale_every_s,
             autoscale=cfg.autoscale,
             initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
+            initial_ready=True,  # the --workers servers are ready when the clock starts
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
@@ -402,6 +408,8 @@ class Driver:
             return
         if not isinstance(rec, StepLine):
             return
+        if rec.wall_time_s is not None and self.started is not None:
+            self.last_step_s = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
         shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
         slow = self.speeds.slowdown
         if shares:
@@ -425,8 +433,12 @@ class Driver:
 
     def finish(self) -> None:
         """Close every lease at the end, write the last cost line, the result's cost block and
-        the scenario of this run."""
+        the scenario of this run. A run that trained every step ends at its last step: the
+        workers' exit after it (seconds of wall time, hours of emulated time at large time
+        scales) is an artefact of the emulation, as their start-up is."""
         now = self.now()
+        if self.last_step_s is not None and self.ctl.steps_done >= self.spec.config.steps:
+            now = min(now, self.last_step_s)
         for server in list(self.leases):
             self._close(server, now, "end")
         self.cost_line(now, None)
