@@ -52,6 +52,7 @@ from shoal.sim.scenario import Scenario, step_time_model
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
 MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
+STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
 
 
 def split_tiers(workers: str) -> tuple[str, list[str]]:
@@ -110,6 +111,7 @@ class Driver:
         self.server_of: dict[str, str] = {}
         self.noticed: set[str] = set()
         self.leaving: set[str] = set()  # servers whose worker was asked to leave
+        self.stragglers: dict[str, float] = {}  # worker -> wall time its server was released
         self.by_kind: dict[str, float] = {}
         self.by_tier: dict[str, float] = {}
         self.revocations = 0
@@ -244,6 +246,7 @@ class Driver:
         """A worker that left or failed frees its server (a noticed one ends as revoked). A
         fixed mix replaces revoked servers only: a worker that failed on its own (a crash, an
         injected kill) would likely fail again, and the run must be able to end."""
+        self._dropped_leavers(now)
         for server in list(self.leases):
             wid = self.worker_of.get(server)
             if wid and self.ctl.workers[wid].state == "gone":
@@ -254,6 +257,25 @@ class Driver:
                 self.revocations += revoked
                 self._close(server, now, "revoked" if revoked else "released")
                 self.redecide = self.redecide or revoked
+
+    def _dropped_leavers(self, now: float) -> None:
+        """A worker asked to leave whose group has re-formed without it no longer trains: its
+        server is released now. Its process normally exits at once; one that does not (several
+        leaves announced at different steps can leave one waiting) is killed after
+        STRAGGLE_S, so that it is neither billed nor left running to the end."""
+        members = set(self.ctl.members)
+        for server in [s for s in self.leaving if s in self.leases]:
+            wid = self.worker_of[server]
+            if members and wid not in members and self.ctl.workers[wid].state == "leaving":
+                self._close(server, now, "released")
+                self.stragglers[wid] = time.time()
+        for wid, since in list(self.stragglers.items()):
+            w = self.ctl.workers[wid]
+            if w.proc.poll() is not None or w.state == "gone":
+                del self.stragglers[wid]
+            elif time.time() - since > STRAGGLE_S:
+                self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
+                del self.stragglers[wid]
 
     def _fill(self, now: float) -> None:
         """Request what the target mix lacks; no capacity: decide again with what is offered."""
