@@ -3,7 +3,7 @@
     python bench/spot_savings.py [--seeds 0,1,2,3,4] [--sides scaler,on-demand,restart] [--smoke]
 
 Job: examples/digits.py, micro_batch_size=16, global_batch_size=128 (8 micro-batches), a fixed
-number of steps (--steps, default 400), exact mode. Every run buys its servers from the
+number of steps (--steps, default 150), exact mode. Every run buys its servers from the
 emulated provider (`--provider local`) with the shipped GCE lifetimes for k80, p100 and v100
 (or `--lifetimes p3|g4dn|bathtub`, or `--spot-trace FILE`), `SHOAL_EMULATED_HOST_S` fixed (a
 v100 micro-batch takes --host-s wall seconds whatever the host's load) and a time scale
@@ -19,7 +19,7 @@ Sides, per seed:
 - `restart`: SkyPilot-style restart from the last durable checkpoint. It is NOT run live: (a)
   the scenario simulator's `restart_from_checkpoint` strategy on the live scaler run's own
   scenario (its measured profile, same provider seed), with the scaler's first mix held and a
-  checkpoint every --restart-checkpoint-s emulated seconds; (b) a replay on the live run: at
+  checkpoint every --restart-checkpoint-s emulated seconds (default an hour); (b) a replay on the live run: at
   each revocation the live scaler run met, the steps restart would have recomputed (those since
   the last checkpoint, read from the live step lines' emulated times).
 Plus one plain fixed run (no provider) of the same steps: the reference `state_sha256`.
@@ -63,23 +63,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", default="0,1,2,3,4", help="provider seeds, comma-separated")
     p.add_argument("--sides", default=",".join(SIDES), help="scaler,on-demand,restart")
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--deadline", default="24h", help="the goal of the scaler (emulated)")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--deadline", default="32h", help="the goal of the scaler (emulated)")
     p.add_argument("--time-scale", type=float, default=1440.0, help="emulated s per wall s")
-    p.add_argument("--host-s", type=float, default=0.05, help="wall s per v100 micro-batch")
-    p.add_argument("--overhead-s", type=float, default=0.03, help="prior: wall s per step")
-    p.add_argument("--change-s", type=float, default=1.0, help="prior: wall s per change")
+    p.add_argument("--host-s", type=float, default=0.2, help="wall s per v100 micro-batch")
+    p.add_argument("--overhead-s", type=float, default=0.04, help="prior: wall s per step")
+    p.add_argument("--change-s", type=float, default=0.4, help="prior: wall s per change")
     p.add_argument("--startup", type=float, default=3600.0, help="emulated boot seconds")
     p.add_argument("--notice", default="30", help="emulated seconds of notice, or none")
     p.add_argument("--lifetimes", default="gce", help="lifetime model of every kind")
     p.add_argument("--spot-trace", default=None, help="a spot trace instead of --lifetimes")
     p.add_argument("--max-servers", type=int, default=4, help="bounds the processes started")
-    p.add_argument("--restart-checkpoint-s", type=float, default=600.0)
+    p.add_argument("--restart-checkpoint-s", type=float, default=3600.0)
     p.add_argument("--out", default=None, help="where the runs go (default: a temp dir)")
-    p.add_argument("--smoke", action="store_true", help="1 seed, 12 steps, a short deadline")
+    p.add_argument("--no-fixed", action="store_true", help="skip the plain fixed run (no check)")
+    p.add_argument("--smoke", action="store_true", help="1 seed, 8 fast steps, a 4 h deadline")
     args = p.parse_args(argv)
     if args.smoke:
-        args.seeds, args.steps, args.deadline = "0", 12, "4h"
+        args.seeds, args.steps, args.deadline, args.host_s = "0", 8, "4h", 0.05
     args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
     bad = sorted(set(args.side_list) - set(SIDES))
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     base = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-spot-"))
     ref = None
-    if {"scaler", "on-demand"} & set(args.side_list):
+    if {"scaler", "on-demand"} & set(args.side_list) and not args.no_fixed:
         plain = shoal(args, ["--workers", "v100"], base / "fixed", env_host=False)
         ref = plain["state_sha256"]
         print(json.dumps({"side": "fixed", "state_sha256": ref}), flush=True)

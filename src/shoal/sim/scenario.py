@@ -362,6 +362,7 @@ class _Run:
         s = self.servers.get(server)
         if s is None or s.leaving:
             return
+        in_flight_lost = s.joined and self._notice_too_short(s.lease.notice_s)
         s.leaving, was_member = True, s.joined
         s.joined = False
         self.revocations += 1
@@ -370,7 +371,7 @@ class _Run:
             self.restart(s)
             return
         if was_member:
-            if s.lease.notice_s is None:  # the in-flight step dies with the server
+            if in_flight_lost:  # the in-flight step dies with the server
                 self.rollback(math.floor(self.progress))
             self.change()
             if not self.members():
@@ -378,6 +379,16 @@ class _Run:
                     self.ckpt_step = max(self.ckpt_step, math.floor(self.progress))
                 self.rollback(self.ckpt_step)
         self.decide("revocation")
+
+    def _notice_too_short(self, notice_s: float | None) -> bool:
+        """Whether a revoked member cannot finish the in-flight step before it goes: no
+        notice, or less notice than the rest of the step (as a live worker, killed at the
+        notice's deadline, loses it)."""
+        if notice_s is None:
+            return True
+        step = math.floor(self.progress)
+        step_s = self.step_time(self.members(), self.sc.batch_at(step))
+        return (math.ceil(self.progress) - self.progress) * step_s > notice_s
 
     def restart(self, revoked: _Server) -> None:
         """SkyPilot's managed spot: tear the set down, restart from the last checkpoint on a
