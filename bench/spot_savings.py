@@ -19,9 +19,9 @@ Sides, per seed:
 - `restart`: SkyPilot-style restart from the last durable checkpoint. It is NOT run live: (a)
   the scenario simulator's `restart_from_checkpoint` strategy on the live scaler run's own
   scenario (its measured profile, same provider seed), with the scaler's first mix held and a
-  checkpoint every --restart-checkpoint-s emulated seconds (default an hour); (b) a replay on the live run: at
-  each revocation the live scaler run met, the steps restart would have recomputed (those since
-  the last checkpoint, read from the live step lines' emulated times).
+  checkpoint every --restart-checkpoint-s emulated seconds (default an hour); (b) a replay on
+  the live run: at each revocation the live scaler run met, the steps restart would have
+  recomputed (those since the last checkpoint, read from the live step lines' emulated times).
 Plus one plain fixed run (no provider) of the same steps: the reference `state_sha256`.
 
 Per live run: emulated time (the last cost line's `t_s`), cost (`result.json` `cost.usd`),
@@ -271,7 +271,9 @@ def summarise(args, rows: list[dict], ref: str | None) -> dict:
         "bench": "spot_savings", "seeds": args.seed_list, "steps": args.steps,
         "deadline_s": deadline_s(args.deadline), "time_scale": args.time_scale,
         "fixed_run_state_sha256": ref,
-        "all_same_state": all(r.get("same_state_as_fixed_run") for r in scaler + od) or None,
+        "all_same_state": None if ref is None else all(
+            r["same_state_as_fixed_run"] for r in scaler + od
+        ),
         "savings_vs_on_demand": 1 - sc_cost / od_cost if sc_cost and od_cost else None,
         "scaler_met_deadline": sum(r["time_s"] <= deadline_s(args.deadline) for r in scaler),
         "scaler_revocations": sc_rev,
