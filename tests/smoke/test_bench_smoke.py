@@ -177,3 +177,19 @@ def test_recovery_both_sides(tmp_path):
     (row,) = json_lines(proc.stdout)
     assert len(row["shoal_runs"]) == len(row["torchelastic_runs"]) == 1
     assert row["repeats"] == 1
+
+
+@pytest.mark.dist
+def test_spot_savings_scaler_side(tmp_path):
+    # one live autoscaled run (8 steps), its `shoal simulate` prediction and the simulated
+    # restart-from-checkpoint side; no plain fixed run (the digest check is then null)
+    argv = ["bench/spot_savings.py", "--smoke", "--sides", "scaler,restart", "--no-fixed"]
+    rows = json_lines(run([*argv, "--out", str(tmp_path)], timeout=300).stdout)
+    scaler, restart, summary = rows
+    assert scaler["side"] == "scaler" and scaler["live"] and scaler["cost_usd"] > 0
+    assert _positive(scaler["sim_time_s"]) and _positive(scaler["sim_cost_usd"])
+    assert abs(scaler["time_rel_err"]) < 0.5 and abs(scaler["cost_rel_err"]) < 0.5
+    assert scaler["same_state_as_fixed_run"] is None and len(scaler["state_sha256"]) == 64
+    assert restart["side"] == "restart" and not restart["live"]
+    assert restart["mix"] == scaler["initial"] and restart["replay_lost_steps"] == []
+    assert summary["bench"] == "spot_savings" and summary["within_10_percent"] in (0, 1)

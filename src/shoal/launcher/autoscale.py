@@ -51,6 +51,8 @@ from shoal.sim.scenario import Scenario, step_time_model
 
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
+MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
+STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
 
 
 def split_tiers(workers: str) -> tuple[str, list[str]]:
@@ -109,6 +111,7 @@ class Driver:
         self.server_of: dict[str, str] = {}
         self.noticed: set[str] = set()
         self.leaving: set[str] = set()  # servers whose worker was asked to leave
+        self.stragglers: dict[str, float] = {}  # worker -> wall time its server was released
         self.by_kind: dict[str, float] = {}
         self.by_tier: dict[str, float] = {}
         self.revocations = 0
@@ -125,6 +128,7 @@ class Driver:
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self._rates: dict[str, float] = {}
         self.started: float | None = None  # wall time the emulated clock started
+        self.last_step_s: float | None = None  # emulated time the last step line was written
         self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
 
     def now(self) -> float:
@@ -197,9 +201,12 @@ class Driver:
         now = self.now()
         if self.started is None:
             return  # nothing is decided before the first group trains
+        if self.ctl.steps_done >= self.spec.config.steps:
+            return  # trained: nothing more to buy while the workers write their results
         self._revocations(now)
         self._departures(now)
-        if self.scaler and (self.redecide or now >= self.next_decision_s):
+        measured = len(self.overhead) >= MEASURED or not self.ctl.members
+        if self.scaler and measured and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
         self._fill(now)
         self._shrink()
@@ -239,6 +246,7 @@ class Driver:
         """A worker that left or failed frees its server (a noticed one ends as revoked). A
         fixed mix replaces revoked servers only: a worker that failed on its own (a crash, an
         injected kill) would likely fail again, and the run must be able to end."""
+        self._dropped_leavers(now)
         for server in list(self.leases):
             wid = self.worker_of.get(server)
             if wid and self.ctl.workers[wid].state == "gone":
@@ -249,6 +257,25 @@ class Driver:
                 self.revocations += revoked
                 self._close(server, now, "revoked" if revoked else "released")
                 self.redecide = self.redecide or revoked
+
+    def _dropped_leavers(self, now: float) -> None:
+        """A worker asked to leave whose group has re-formed without it no longer trains: its
+        server is released now. Its process normally exits at once; one that does not (several
+        leaves announced at different steps can leave one waiting) is killed after
+        STRAGGLE_S, so that it is neither billed nor left running to the end."""
+        members = set(self.ctl.members)
+        for server in [s for s in self.leaving if s in self.leases]:
+            wid = self.worker_of[server]
+            if members and wid not in members and self.ctl.workers[wid].state == "leaving":
+                self._close(server, now, "released")
+                self.stragglers[wid] = time.time()
+        for wid, since in list(self.stragglers.items()):
+            w = self.ctl.workers[wid]
+            if w.proc.poll() is not None or w.state == "gone":
+                del self.stragglers[wid]
+            elif time.time() - since > STRAGGLE_S:
+                self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
+                del self.stragglers[wid]
 
     def _fill(self, now: float) -> None:
         """Request what the target mix lacks; no capacity: decide again with what is offered."""
@@ -326,6 +353,7 @@ class Driver:
             scale_every_s=cfg.scale_every_s,
             autoscale=cfg.autoscale,
             initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
+            initial_ready=True,  # the --workers servers are ready when the clock starts
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
@@ -402,6 +430,8 @@ class Driver:
             return
         if not isinstance(rec, StepLine):
             return
+        if rec.wall_time_s is not None and self.started is not None:
+            self.last_step_s = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
         shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
         slow = self.speeds.slowdown
         if shares:
@@ -425,8 +455,12 @@ class Driver:
 
     def finish(self) -> None:
         """Close every lease at the end, write the last cost line, the result's cost block and
-        the scenario of this run."""
+        the scenario of this run. A run that trained every step ends at its last step: the
+        workers' exit after it (seconds of wall time, hours of emulated time at large time
+        scales) is an artefact of the emulation, as their start-up is."""
         now = self.now()
+        if self.last_step_s is not None and self.ctl.steps_done >= self.spec.config.steps:
+            now = min(now, self.last_step_s)
         for server in list(self.leases):
             self._close(server, now, "end")
         self.cost_line(now, None)

@@ -66,9 +66,11 @@ class Pacer:
 
     def target_s(self, num_micro_batches: int) -> float | None:
         """This kind's time for `num_micro_batches` micro-batches; None: it runs at the host's
-        speed (no slowdown, or no yardstick yet) and nothing is waited out."""
-        if self.slowdown == 1.0 or not (self.host_s or self._recent):
-            return None
+        speed (no slowdown, or no yardstick yet) and nothing is waited out. A fixed yardstick
+        paces every kind, the fastest too: a run that fixes the speeds (a benchmark, an
+        emulated provider's servers) must not have its fastest kind follow the host's load."""
+        if self.host_s is None and (self.slowdown == 1.0 or not self._recent):
+            return None  # measured yardstick: the fastest kind is the host's own pace
         host_s = self.host_s or statistics.median(self._recent)
         return self.slowdown * num_micro_batches * host_s
 

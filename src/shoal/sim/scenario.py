@@ -67,6 +67,7 @@ class Scenario:
     initial: dict[str, int] = field(default_factory=dict)  # "kind:tier" -> count (fixed mix)
     checkpoint_every_s: float = 600.0  # durable checkpoint cadence (the live default, 600 s)
     restart_from_checkpoint: bool = False  # SkyPilot-style: any revocation restarts the job
+    initial_ready: bool = False  # the initial servers are ready at 0 (a live run writes True)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -140,6 +141,7 @@ def _validate(sc: Scenario) -> None:
         Goal(**sc.goal)
     provider = provider_from_config(sc.provider)
     _check(isinstance(sc.initial, dict), "initial must be an object 'kind:tier' -> count")
+    _check(isinstance(sc.initial_ready, bool), "initial_ready must be true or false")
     for key in initial_counts(sc):
         _check(key[0] in provider.kinds, f"initial kind {key[0]!r} is not in the provider's kinds")
     _check(sc.autoscale or bool(initial_counts(sc)), "a fixed mix (autoscale off) needs initial")
@@ -264,13 +266,15 @@ class _Run:
             self.last_change_t = self.t
 
     # -- the mix -------------------------------------------------------------------------------
-    def acquire(self, kind: str, tier: str) -> bool:
+    def acquire(self, kind: str, tier: str, ready_now: bool = False) -> bool:
+        """Request a server; `ready_now`: it is a member at once (a live run's --workers, whose
+        clock starts when they have formed their group), else it joins after its start-up."""
         lease = self.provider.request(kind, tier, self.t)
         if lease is None:
             self.log("no_capacity", kind=kind, tier=tier)
             self.short = True
             return False
-        self.servers[lease.server] = _Server(lease)
+        self.servers[lease.server] = _Server(lease, joined=ready_now)
         self.ledger.open(lease.server, kind, lease.usd_per_hour, self.t)
         self.log(
             "request",
@@ -280,7 +284,8 @@ class _Run:
             usd_per_hour=lease.usd_per_hour,
             ready_s=lease.ready_s,
         )
-        self.push(lease.ready_s, "ready", lease.server)
+        if not ready_now:
+            self.push(lease.ready_s, "ready", lease.server)
         if math.isfinite(lease.revoke_at_s):
             leave_s = lease.revoke_at_s - (lease.notice_s or 0.0)
             self.push(max(leave_s, self.t), "leave", lease.server)
@@ -357,6 +362,7 @@ class _Run:
         s = self.servers.get(server)
         if s is None or s.leaving:
             return
+        in_flight_lost = s.joined and self._notice_too_short(s.lease.notice_s)
         s.leaving, was_member = True, s.joined
         s.joined = False
         self.revocations += 1
@@ -365,7 +371,7 @@ class _Run:
             self.restart(s)
             return
         if was_member:
-            if s.lease.notice_s is None:  # the in-flight step dies with the server
+            if in_flight_lost:  # the in-flight step dies with the server
                 self.rollback(math.floor(self.progress))
             self.change()
             if not self.members():
@@ -373,6 +379,16 @@ class _Run:
                     self.ckpt_step = max(self.ckpt_step, math.floor(self.progress))
                 self.rollback(self.ckpt_step)
         self.decide("revocation")
+
+    def _notice_too_short(self, notice_s: float | None) -> bool:
+        """Whether a revoked member cannot finish the in-flight step before it goes: no
+        notice, or less notice than the rest of the step (as a live worker, killed at the
+        notice's deadline, loses it)."""
+        if notice_s is None:
+            return True
+        step = math.floor(self.progress)
+        step_s = self.step_time(self.members(), self.sc.batch_at(step))
+        return (math.ceil(self.progress) - self.progress) * step_s > notice_s
 
     def restart(self, revoked: _Server) -> None:
         """SkyPilot's managed spot: tear the set down, restart from the last checkpoint on a
@@ -427,6 +443,10 @@ class _Run:
             self.sc.autoscale
         ):  # as the live run does before it starts: an impossible goal is an error
             check_goal(self.scaler.goal, self.scaler_input(), self.sc.max_servers)
+        if self.sc.initial_ready:
+            for (kind, tier), n in sorted(initial_counts(self.sc).items()):
+                for _ in range(n):
+                    self.acquire(kind, tier, ready_now=True)
         self.decide("start")
         self.push(self.sc.scale_every_s, "tick")
         self.push(self.sc.checkpoint_every_s, "checkpoint")

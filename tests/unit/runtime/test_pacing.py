@@ -82,3 +82,8 @@ def test_the_emulated_exchange_adds_its_time_once_per_call(monkeypatch):
     monkeypatch.setenv("SHOAL_EMULATED_SYNC_S", "-1")
     with pytest.raises(UserError, match="SHOAL_EMULATED_SYNC_S must be >= 0"):
         EmulationConfig.from_environ()
+
+
+def test_a_fixed_yardstick_paces_the_fastest_kind_too():
+    assert Pacer(1.0, host_s=0.01).target_s(3) == pytest.approx(0.03)
+    assert Pacer(1.0).target_s(3) is None  # measured: the fastest kind sets the pace

@@ -1,0 +1,332 @@
+"""Spot savings, live on the emulated provider: shoal's scaler vs all on-demand vs restart.
+
+    python bench/spot_savings.py [--seeds 0,1,2,3,4] [--sides scaler,on-demand,restart] [--smoke]
+
+Job: examples/digits.py, micro_batch_size=16, global_batch_size=128 (8 micro-batches), a fixed
+number of steps (--steps, default 150), exact mode. Every run buys its servers from the
+emulated provider (`--provider local`) with the shipped GCE lifetimes for k80, p100 and v100
+(or `--lifetimes p3|g4dn|bathtub`, or `--spot-trace FILE`), `SHOAL_EMULATED_HOST_S` fixed (a
+v100 micro-batch takes --host-s wall seconds whatever the host's load) and a time scale
+(--time-scale emulated seconds per wall second) that fits the --deadline into about a minute of
+wall time, so that revocations strike within a live run. Seeds are `--provider-seed`s.
+
+Sides, per seed:
+- `scaler`: `--autoscale --deadline D --kinds k80,p100,v100`. Its initial `--workers` are the
+  scaler's own first choice on the bench's prior profile (below), so the live run does not
+  start by waiting on the boot of the servers it wants;
+- `on-demand`: the scaler's own cheapest all-on-demand mix that meets D (every spot quota 0),
+  decided on the same prior profile, run as a fixed `--workers` mix on the provider;
+- `restart`: SkyPilot-style restart from the last durable checkpoint. It is NOT run live: (a)
+  the scenario simulator's `restart_from_checkpoint` strategy on the live scaler run's own
+  scenario (its measured profile, same provider seed), with the scaler's first mix held and a
+  checkpoint every --restart-checkpoint-s emulated seconds (default an hour); (b) a replay on
+  the live run: at each revocation the live scaler run met, the steps restart would have
+  recomputed (those since the last checkpoint, read from the live step lines' emulated times).
+Plus one plain fixed run (no provider) of the same steps: the reference `state_sha256`.
+
+Per live run: emulated time (the last cost line's `t_s`), cost (`result.json` `cost.usd`),
+revocations, steps lost per revocation (the `recover` lines' `lost_steps`), the digest and its
+check. For each scaler run, `shoal simulate --scenario OUT/scenario.json --json` gives the
+prediction; the row has both and the relative errors. Prints one JSON object per row, a summary
+object, then a table.
+
+The prior profile (seconds are wall seconds, times --time-scale in the scenario): a v100
+micro-batch of --host-s, a per-step overhead of --overhead-s, a membership change of
+--change-s. The live runs measure their own; only the initial mixes come from the prior.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from shoal.sim.scenario import Scenario, simulate  # noqa: E402
+
+JOB = "examples/digits.py"
+OPTIONS = ["-o", "micro_batch_size=16", "-o", "global_batch_size=128"]
+KINDS = ("k80", "p100", "v100")
+SIDES = ("scaler", "on-demand", "restart")
+TIMEOUT_S = 600.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", default="0,1,2,3,4", help="provider seeds, comma-separated")
+    p.add_argument("--sides", default=",".join(SIDES), help="scaler,on-demand,restart")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--deadline", default="32h", help="the goal of the scaler (emulated)")
+    p.add_argument("--time-scale", type=float, default=1440.0, help="emulated s per wall s")
+    p.add_argument("--host-s", type=float, default=0.2, help="wall s per v100 micro-batch")
+    p.add_argument("--overhead-s", type=float, default=0.04, help="prior: wall s per step")
+    p.add_argument("--change-s", type=float, default=0.4, help="prior: wall s per change")
+    p.add_argument("--startup", type=float, default=3600.0, help="emulated boot seconds")
+    p.add_argument("--notice", default="30", help="emulated seconds of notice, or none")
+    p.add_argument("--lifetimes", default="gce", help="lifetime model of every kind")
+    p.add_argument("--spot-trace", default=None, help="a spot trace instead of --lifetimes")
+    p.add_argument("--max-servers", type=int, default=4, help="bounds the processes started")
+    p.add_argument("--restart-checkpoint-s", type=float, default=3600.0)
+    p.add_argument("--out", default=None, help="where the runs go (default: a temp dir)")
+    p.add_argument("--no-fixed", action="store_true", help="skip the plain fixed run (no check)")
+    p.add_argument("--smoke", action="store_true", help="1 seed, 8 fast steps, a 4 h deadline")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.seeds, args.steps, args.deadline, args.host_s = "0", 8, "4h", 0.05
+    args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
+    bad = sorted(set(args.side_list) - set(SIDES))
+    if bad:
+        p.error(f"unknown side {bad[0]!r} (one of {', '.join(SIDES)})")
+    return args
+
+
+def deadline_s(text: str) -> float:
+    from shoal.config import parse_duration
+
+    return parse_duration(text, "--deadline")
+
+
+# -- the prior profile and the mixes decided on it -----------------------------------------------
+def provider_json(args, seed: int, quota=None) -> dict:
+    lifetimes = None if args.spot_trace else ",".join(f"{k}:{args.lifetimes}" for k in KINDS)
+    notice = None if args.notice.lower() == "none" else float(args.notice)
+    return {
+        "kinds": ",".join(KINDS), "seed": seed, "startup_s": args.startup, "notice_s": notice,
+        "spot_lifetimes": lifetimes, "spot_trace": args.spot_trace, "quota": quota,
+    }  # fmt: skip
+
+
+def prior_scenario(args, seed: int, quota=None) -> Scenario:
+    scale = args.time_scale
+    return Scenario(
+        steps=args.steps, micro_batch_size=16, batch=((0, 128),), host_s=args.host_s * scale,
+        slowdowns={}, step_overhead_s=args.overhead_s * scale,
+        change_cost_s=args.change_s * scale, provider=provider_json(args, seed, quota),
+        goal={"deadline_s": deadline_s(args.deadline)}, max_servers=args.max_servers,
+        scale_every_s=600.0, autoscale=True, initial={},
+    )  # fmt: skip
+
+
+def first_mix(sc: Scenario) -> dict[str, int]:
+    """The scaler's first decision on a scenario: {"kind:tier": servers}."""
+    decide = next(e for e in simulate(sc).events if e["event"] == "decide")
+    return {key: int(n) for n, key in (item.split(" ") for item in decide["mix"].split(", "))}
+
+
+def workers_flag(mix: dict[str, int]) -> str:
+    return ",".join(f"{n}x{key}" for key, n in sorted(mix.items()) if n)
+
+
+# -- live runs ------------------------------------------------------------------------------------
+def shoal(args, argv: list[str], out: pathlib.Path, env_host: bool = True) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    if env_host:
+        env["SHOAL_EMULATED_HOST_S"] = repr(args.host_s)
+    cmd = [sys.executable, "-m", "shoal", "run", JOB, *OPTIONS, "--steps", str(args.steps)]
+    cmd += ["--out", str(out), *argv]
+    start = time.time()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    result = json.loads((out / "result.json").read_text())
+    result["bench_wall_s"] = time.time() - start
+    return result
+
+
+def provider_flags(args, seed: int) -> list[str]:
+    flags = ["--provider", "local", "--kinds", ",".join(KINDS), "--provider-seed", str(seed)]
+    flags += ["--time-scale", str(args.time_scale), "--startup", str(args.startup)]
+    flags += ["--notice", args.notice, "--max-servers", str(args.max_servers)]
+    if args.spot_trace:
+        return [*flags, "--spot-trace", args.spot_trace]
+    return [*flags, "--spot-lifetimes", ",".join(f"{k}:{args.lifetimes}" for k in KINDS)]
+
+
+def read_jsonl(path: pathlib.Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+
+
+def live_row(side: str, seed: int, out: pathlib.Path, result: dict, ref: str | None) -> dict:
+    rows = read_jsonl(out / "metrics.jsonl")
+    costs = [r for r in rows if r["kind"] == "cost"]
+    recovers = [r for r in rows if r["kind"] == "membership" and r["event"] == "recover"]
+    lost = sum(r.get("lost_steps") or 0 for r in recovers)
+    revocations = result["cost"]["revocations"]
+    return {
+        "side": side, "seed": seed, "live": True,
+        "time_s": costs[-1]["t_s"], "cost_usd": result["cost"]["usd"],
+        "revocations": revocations, "lost_steps": lost,
+        "lost_steps_per_revocation": lost / revocations if revocations else None,
+        "workers": sorted({r["worker"] for r in rows if r["kind"] == "lease" and r["worker"]}),
+        "state_sha256": result["state_sha256"],
+        "same_state_as_fixed_run": None if ref is None else result["state_sha256"] == ref,
+        "wall_s": round(result["bench_wall_s"], 1), "out": str(out),
+    }  # fmt: skip
+
+
+def simulated(out: pathlib.Path) -> dict:
+    """`shoal simulate --scenario OUT/scenario.json --json`, as a user runs it."""
+    cmd = [sys.executable, "-m", "shoal", "simulate", "--scenario", str(out / "scenario.json")]
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    done = subprocess.run([*cmd, "--json"], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
+def with_prediction(row: dict, out: pathlib.Path) -> dict:
+    sim = simulated(out)
+    row["sim_time_s"], row["sim_cost_usd"] = sim["time_s"], sim["cost_usd"]
+    row["sim_revocations"] = sim["revocations"]
+    row["time_rel_err"] = sim["time_s"] / row["time_s"] - 1 if row["time_s"] else None
+    row["cost_rel_err"] = sim["cost_usd"] / row["cost_usd"] - 1 if row["cost_usd"] else None
+    return row
+
+
+# -- restart from the last checkpoint --------------------------------------------------------------
+def restart_rows(args, seed: int, out: pathlib.Path, held: dict[str, int]) -> dict:
+    """SkyPilot's strategy on the live scaler run's scenario (simulated) and replayed on the
+    live run's own revocations (the steps since the last checkpoint at each)."""
+    data = json.loads((out / "scenario.json").read_text())
+    data.update(
+        autoscale=False, initial=held, restart_from_checkpoint=True,
+        checkpoint_every_s=args.restart_checkpoint_s,
+    )  # fmt: skip
+    sim = simulate(Scenario.from_json(data))
+    replay = replay_restart_loss(out, args.time_scale, args.restart_checkpoint_s)
+    return {
+        "side": "restart", "seed": seed, "live": False, "mix": held,
+        "time_s": sim.time_s, "cost_usd": sim.cost_usd, "revocations": sim.revocations,
+        "lost_steps": sim.lost_steps,
+        "lost_steps_per_revocation": sim.lost_steps / sim.revocations if sim.revocations else None,
+        "replay_revocations": len(replay), "replay_lost_steps": replay,
+    }  # fmt: skip
+
+
+def replay_restart_loss(out: pathlib.Path, scale: float, ckpt_s: float) -> list[int]:
+    """For each revocation of the live run (a lease closed as revoked, at emulated t), the
+    steps completed since the last multiple of `ckpt_s` before t: what a restart redoes."""
+    rows = read_jsonl(out / "metrics.jsonl")
+    leases = [r for r in rows if r["kind"] == "lease"]
+    if not leases:
+        return []
+    # emulated t = (wall - origin) x scale; the lease lines carry both clocks
+    origin = statistics.median(r["wall_time_s"] - r["t_s"] / scale for r in leases)
+    done_at = sorted((r["wall_time_s"] - origin) * scale for r in rows if r["kind"] == "step")
+    lost = []
+    for r in leases:
+        if r["action"] == "close" and r.get("cause") == "revoked":
+            last_ckpt = (r["t_s"] // ckpt_s) * ckpt_s
+            lost.append(sum(last_ckpt < t <= r["t_s"] for t in done_at))
+    return lost
+
+
+# -- the bench ------------------------------------------------------------------------------------
+def run_seed(args, seed: int, base: pathlib.Path, ref: str | None) -> list[dict]:
+    rows = []
+    spot_mix = first_mix(prior_scenario(args, seed))
+    scaler_out = base / f"seed{seed}" / "scaler"
+    if "scaler" in args.side_list or "restart" in args.side_list:
+        flags = ["--workers", workers_flag(spot_mix), *provider_flags(args, seed)]
+        flags += ["--autoscale", "--deadline", args.deadline]
+        result = shoal(args, flags, scaler_out)
+        row = live_row("scaler", seed, scaler_out, result, ref)
+        row["initial"] = spot_mix
+        rows.append(with_prediction(row, scaler_out))
+    if "on-demand" in args.side_list:
+        no_spot = {f"{k}:spot": 0 for k in KINDS}
+        mix = first_mix(prior_scenario(args, seed, quota=no_spot))
+        out = base / f"seed{seed}" / "on-demand"
+        flags = ["--workers", workers_flag(mix), *provider_flags(args, seed)]
+        row = live_row("on-demand", seed, out, shoal(args, flags, out), ref)
+        row["mix"] = mix
+        rows.append(row)
+    if "restart" in args.side_list:
+        rows.append(restart_rows(args, seed, scaler_out, spot_mix))
+    return rows
+
+
+def mean(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.mean(values) if values else None
+
+
+def summarise(args, rows: list[dict], ref: str | None) -> dict:
+    by = {side: [r for r in rows if r["side"] == side] for side in SIDES}
+    scaler, od, restart = by["scaler"], by["on-demand"], by["restart"]
+    od_cost, sc_cost = mean(r["cost_usd"] for r in od), mean(r["cost_usd"] for r in scaler)
+    sc_rev = sum(r["revocations"] for r in scaler)
+    rs_rev = sum(r["revocations"] for r in restart)
+    replay = [n for r in restart for n in r["replay_lost_steps"]]
+    return {
+        "bench": "spot_savings", "seeds": args.seed_list, "steps": args.steps,
+        "deadline_s": deadline_s(args.deadline), "time_scale": args.time_scale,
+        "fixed_run_state_sha256": ref,
+        "all_same_state": None if ref is None else all(
+            r["same_state_as_fixed_run"] for r in scaler + od
+        ),
+        "savings_vs_on_demand": 1 - sc_cost / od_cost if sc_cost and od_cost else None,
+        "scaler_met_deadline": sum(r["time_s"] <= deadline_s(args.deadline) for r in scaler),
+        "scaler_revocations": sc_rev,
+        "scaler_lost_steps_per_revocation":
+            sum(r["lost_steps"] for r in scaler) / sc_rev if sc_rev else None,
+        "restart_sim_revocations": rs_rev,
+        "restart_sim_lost_steps_per_revocation":
+            sum(r["lost_steps"] for r in restart) / rs_rev if rs_rev else None,
+        "restart_replay_lost_steps_per_revocation": mean(replay) if replay else None,
+        "time_rel_err_max": max((abs(r["time_rel_err"]) for r in scaler), default=None),
+        "cost_rel_err_max": max((abs(r["cost_rel_err"]) for r in scaler), default=None),
+        "within_10_percent": sum(
+            abs(r["time_rel_err"]) <= 0.1 and abs(r["cost_rel_err"]) <= 0.1 for r in scaler
+        ),
+    }  # fmt: skip
+
+
+def table(rows: list[dict]) -> str:
+    head = "| side | seed | time (h) | cost (USD) | revocations | lost steps / rev | sim time (h) "
+    head += "| sim cost | err time | err cost | same state |\n|" + "---|" * 11
+    out = [head]
+    for r in rows:
+
+        def f(k: str, fmt: str, r: dict = r) -> str:
+            return "-" if r.get(k) is None else format(r[k], fmt)
+
+        out.append(
+            f"| {r['side']} | {r['seed']} | {r['time_s'] / 3600:.2f} | {r['cost_usd']:.2f} "
+            f"| {r['revocations']} | {f('lost_steps_per_revocation', '.2f')} "
+            f"| {'-' if r.get('sim_time_s') is None else format(r['sim_time_s'] / 3600, '.2f')} "
+            f"| {f('sim_cost_usd', '.2f')} | {f('time_rel_err', '+.1%')} "
+            f"| {f('cost_rel_err', '+.1%')} | {f('same_state_as_fixed_run', '')} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    base = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-spot-"))
+    ref = None
+    if {"scaler", "on-demand"} & set(args.side_list) and not args.no_fixed:
+        plain = shoal(args, ["--workers", "v100"], base / "fixed", env_host=False)
+        ref = plain["state_sha256"]
+        print(json.dumps({"side": "fixed", "state_sha256": ref}), flush=True)
+    rows = []
+    for seed in args.seed_list:
+        for row in run_seed(args, seed, base, ref):
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print(json.dumps(summarise(args, rows, ref)), flush=True)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

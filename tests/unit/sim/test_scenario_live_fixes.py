@@ -1,0 +1,56 @@
+"""What the live savings bench (bench/spot_savings.py) exposed in the pure layer: a live run's
+--workers are ready at the start, a notice shorter than the rest of a step loses that step, and
+the scaler does not move off a held mix that meets its goal for a near-tie."""
+
+import pytest
+
+from shoal.cluster.provider import Offer
+from shoal.control.scaler import Goal, Scaler, ScalerInput
+from shoal.sim.scenario import Scenario, simulate
+
+
+def fixed(tmp_path, lifetime=None, notice_s=30.0, **extra):
+    prov = {"kinds": "k80", "seed": 0, "startup_s": 60.0, "notice_s": notice_s}
+    if lifetime is not None:
+        (tmp_path / "life.csv").write_text(f"k80,{lifetime}\n")
+        prov["spot_trace"] = str(tmp_path / "life.csv")
+    fields = dict(
+        steps=100, micro_batch_size=32, batch=((0, 64),), host_s=1.0, slowdowns={"k80": 2.0},
+        step_overhead_s=0.5, change_cost_s=5.0, provider=prov, goal={}, autoscale=False,
+        initial={"k80:on_demand": 2},
+    )  # fmt: skip
+    return Scenario(**{**fields, **extra})
+
+
+def test_initial_servers_ready_at_the_start(tmp_path):
+    booted = simulate(fixed(tmp_path))
+    ready = simulate(fixed(tmp_path, initial_ready=True))
+    assert booted.time_s == pytest.approx(60 + 5 + 100 * 2.5)  # start-up, then one change
+    assert ready.time_s == pytest.approx(100 * 2.5) and ready.changes == 0
+    assert ready.cost_usd == pytest.approx(2 * 0.723 * 250 / 3600)
+
+
+def test_a_notice_shorter_than_the_step_loses_it(tmp_path):
+    # a spot K80 revoked mid-step: with a 30 s notice the 2.5 s step finishes, with 0.1 s not
+    spot = {"initial": {"k80:on_demand": 1, "k80:spot": 1}, "initial_ready": True}
+    long = simulate(fixed(tmp_path, lifetime=101.25, **spot))
+    short = simulate(fixed(tmp_path, lifetime=101.25, notice_s=0.1, **spot))
+    assert long.revocations >= 1 and long.lost_steps == 0
+    assert short.revocations >= 1 and 0 < short.lost_steps < short.revocations
+
+
+def test_the_scaler_keeps_a_held_mix_for_a_near_tie():
+    def inp(held, overhead_s):
+        offers = [Offer("k80", "spot", 0.256, 60.0, 30.0, 4)]
+        return ScalerInput(
+            now_s=0.0, steps_done=0, steps_total=3600, batch_at=lambda s: 1,
+            step_time=lambda gpus, b: 4.0 / sum(gpus.values()) + overhead_s,
+            offers=offers, held=held, spent_usd=0.0, change_cost_s=5.0,
+            revocations_per_s=lambda k: 0.0,
+        )  # fmt: skip
+
+    scaler = Scaler(Goal(deadline_s=20000), max_servers=4)
+    one, two = {("k80", "spot"): 1}, {("k80", "spot"): 2}
+    assert scaler.decide(inp({}, 0.01)).counts == one  # the cheapest (per-step overhead)
+    assert scaler.decide(inp(two, 0.01)).counts == two  # one is only 0.2 % cheaper: kept
+    assert scaler.decide(inp(two, 0.2)).counts == one  # 5 % cheaper: moved
