@@ -159,6 +159,47 @@ class BatchConfig:
 
 
 @dataclass(frozen=True)
+class SlowLinkConfig:
+    """Training over slow links between sites (issue 15). Local-update mode (`--local-steps H`,
+    DiLoCo): every site takes H optimizer steps on its own exact sum, then one outer Nesterov
+    step on the sites' averaged pseudo-gradient (`shoal.runtime.local_update`). Unset: every
+    step is one exact sum over the whole group, as without this block."""
+
+    local_steps: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--local-steps",
+            "local-update mode: H inner steps per site, then one outer step (default: off)",
+            metavar="H",
+        ),
+    )
+    outer_lr: float = field(
+        default=0.7,
+        metadata=_flag(
+            "--outer-lr", "local-update mode: outer learning rate (default 0.7)", metavar="LR"
+        ),
+    )
+    outer_momentum: float = field(
+        default=0.9,
+        metadata=_flag(
+            "--outer-momentum",
+            "local-update mode: outer Nesterov momentum (default 0.9)",
+            metavar="MU",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        # the same words as control.bandwidth.validate_slow_link (config imports no control)
+        h = self.local_steps
+        if h is not None and (int(h) != h or h < 1):
+            raise UserError(f"--local-steps: local steps H must be an integer >= 1, got {h}")
+        if not self.outer_lr > 0:
+            raise UserError(f"--outer-lr must be > 0, got {self.outer_lr}")
+        if not 0 <= self.outer_momentum < 1:
+            raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """What one worker process needs to train a job: shared by every worker of a run."""
 
@@ -232,6 +273,7 @@ class RunConfig:
             choices=("stop", "skip"),
         ),
     )
+    link: SlowLinkConfig = field(default_factory=SlowLinkConfig)
 
     def __post_init__(self) -> None:
         _at_least(self.steps, 1, "--steps")
@@ -253,6 +295,7 @@ class RunConfig:
         raw["checkpoint"] = CheckpointConfig(**raw["checkpoint"])
         raw["emulation"] = EmulationConfig(**raw["emulation"])
         raw["batch"] = BatchConfig(**raw.get("batch", {}))
+        raw["link"] = SlowLinkConfig(**raw.get("link", {}))
         return cls(**raw)
 
     def to_env(self) -> dict[str, str]:

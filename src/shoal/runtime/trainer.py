@@ -137,13 +137,15 @@ class Trainer:
         # micro-batches read, by (step, stream offset, index): this step's and the next's
         self._read: dict[tuple[int, int, int], tuple[list[int], object]] = {}
         self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every use
+        self.local = None  # local-update mode (local_update.py): set by the worker
         self.regroup(Group(0, 0, 1, ("w0",), ("native",), (1.0,)))
 
     def regroup(self, group: Group) -> None:
         """Train with a new group: new rank and world size; the training state is kept."""
         state = self.reducer.state_dict() if self.reducer else None
         self.rank, self.world_size = group.rank, group.world_size
-        self.reducer = StepReducer(
+        reducer = self.local.reducer_for(self, group) if self.local else StepReducer
+        self.reducer = reducer(
             self.model, self.consistency, self.rank, self.world_size, self.batch.measuring
         )
         if state is not None:
@@ -167,6 +169,8 @@ class Trainer:
         collective, read the next step's share while it is in flight (an emulated kind: inside
         its device time, before it joins), wait, update, record."""
         start, plan = time.perf_counter(), self._plan()
+        if self.local:  # local-update mode: a completed round's outer step first
+            self.local.before_step(self)
         mine, redone = plan.indices(self.rank), 0
         similarity = self.batch.wants_similarity(self.step)
         bounds = self.reducer.state_dict()
