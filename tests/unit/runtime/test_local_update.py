@@ -10,7 +10,13 @@ import torch.nn.functional as F
 import shoal
 from shoal.config import SlowLinkConfig
 from shoal.errors import UserError
-from shoal.runtime.local_update import LocalUpdate, dequantize, grid_exponents, quantize
+from shoal.runtime.local_update import (
+    LocalUpdate,
+    dequantize,
+    grid_exponents,
+    quantize,
+    site_layout,
+)
 from shoal.runtime.state import load_training_state, training_state
 from shoal.runtime.trainer import Trainer
 
@@ -108,3 +114,14 @@ def test_fewer_than_one_local_step_is_refused(h):
         SlowLinkConfig(local_steps=h)
     with pytest.raises(UserError, match="--outer-momentum"):
         SlowLinkConfig(local_steps=2, outer_momentum=1.0)
+
+
+def test_sites_are_the_spec_else_torchrun_nodes_else_one(monkeypatch):
+    monkeypatch.delenv("GROUP_RANK", raising=False)
+    assert site_layout(None, 3) == ((0, 1, 2),)  # shoal run: one site
+    assert site_layout("0/1,2", 3) == ((0,), (1, 2))
+    monkeypatch.setenv("GROUP_RANK", "0")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert site_layout(None, 4) == ((0, 1), (2, 3))  # torchrun numbers ranks node by node
+    with pytest.raises(UserError, match="names no worker"):
+        site_layout("0//1", 2)
