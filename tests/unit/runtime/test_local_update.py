@@ -66,10 +66,10 @@ def test_the_exact_mean_of_the_sites_is_the_float_mean_rounded_once():
     again = dequantize(ints[2] + ints[0] + ints[1], numels, exps, 3)
     assert torch.equal(mean, again)
     truth = (sites[0].double() + sites[1].double() + sites[2].double()) / 3
-    assert torch.allclose(mean.double(), truth, rtol=1e-6, atol=1e-12)
-    # a value every site shares comes back bit for bit
-    same = dequantize(2 * quantize(sites[1], numels, exps), numels, exps, 2)
-    assert torch.equal(same, sites[1])
+    # each site's value is rounded once, to 2**-28 of its tensor's largest entry (3 sites)
+    grid = torch.tensor([maxima[0]] * 100 + [maxima[1]] * 200, dtype=torch.float64) * 2.0**-28
+    assert bool(((mean.double() - truth).abs() <= grid + truth.abs() * 2.0**-24).all())
+    assert int((ints[0] + ints[1] + ints[2]).abs().max()) <= 2**30  # inside an int32
 
 
 def test_outer_lr_one_without_momentum_is_plain_training():
