@@ -13,8 +13,9 @@ from shoal_testing import ROOT, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 
-# one gloo process per site (sites "0/1"): a step on each site's own micro-batches, then the
-# outer step (H = 1, outer lr 1, no momentum), saving the site model before and after it
+# three gloo processes in two sites ("0,1/2"): a step on each site's own micro-batches (the
+# first site sums two workers' exactly), then the outer step (H = 1, outer lr 1, no momentum),
+# saving the site model before and after it
 SITE = textwrap.dedent(
     """
     import sys, torch, torch.distributed as dist, torch.nn.functional as F
@@ -25,7 +26,7 @@ SITE = textwrap.dedent(
     from shoal.runtime.trainer import Trainer
 
     rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=3)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(64, 5, generator=g)
     job = shoal.Job(
@@ -38,8 +39,8 @@ SITE = textwrap.dedent(
     )
     t = Trainer(job)
     t.local = LocalUpdate(t, SlowLinkConfig(local_steps=1, outer_lr=1.0, outer_momentum=0.0))
-    t.local.sites_spec = "0/1"
-    t.regroup(Group(0, rank, 2, ("w0", "w1"), ("native", "native"), (1.0, 1.0)))
+    t.local.sites_spec = "0,1/2"
+    t.regroup(Group(0, rank, 3, ("w0", "w1", "w2"), ("native",) * 3, (1.0,) * 3))
     t.train_step()
     before = [p.detach().clone() for p in t.model.parameters()]
     assert t.local.before_step(t)
@@ -52,14 +53,18 @@ SITE = textwrap.dedent(
 def test_two_sites_meet_in_the_average_of_their_models(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     args = [str(tmp_path / "store"), str(tmp_path)]
-    procs = [subprocess.Popen([sys.executable, "-c", SITE, str(r), *args], env=env) for r in (0, 1)]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    s0, s1 = (torch.load(tmp_path / f"{r}.pt") for r in (0, 1))
-    # each site stepped on its own micro-batches only, so the sites differ before they meet
-    assert not all(torch.equal(a, b) for a, b in zip(s0["before"], s1["before"], strict=True))
-    for a, b, after0, after1 in zip(s0["before"], s1["before"], s0["after"], s1["after"]):
-        assert torch.equal(after0, after1)  # one reference, the same bits on both sites
-        assert torch.allclose(after0, (a + b) / 2, rtol=1e-6, atol=1e-7)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SITE, str(r), *args], env=env) for r in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    w0, w1, w2 = (torch.load(tmp_path / f"{r}.pt") for r in range(3))
+    # a site's workers hold the same model; the sites, each on its own micro-batches, differ
+    assert all(torch.equal(a, b) for a, b in zip(w0["before"], w1["before"], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(w0["before"], w2["before"], strict=True))
+    for a, b, *after in zip(w0["before"], w2["before"], w0["after"], w1["after"], w2["after"]):
+        assert torch.equal(after[0], after[1]) and torch.equal(after[0], after[2])
+        # the mean of the two sites, not of the three workers
+        assert torch.allclose(after[0], (a + b) / 2, rtol=1e-6, atol=1e-7)
 
 
 def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path):
