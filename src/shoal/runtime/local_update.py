@@ -39,6 +39,7 @@ import datetime
 import functools
 import math
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -166,6 +167,9 @@ class LocalUpdate:
         self.sites = site_layout(self.sites_spec, group.world_size)
         self.rank, self.world_size = group.rank, group.world_size
         self.site = next(i for i, s in enumerate(self.sites) if group.rank in s)
+        # the worker's log says which layout it trains in (a wrong one trains, just worse)
+        print(f"local-update: H={self.local_steps}, sites {self.sites}, this rank's site "
+              f"{self.site}", file=sys.stderr, flush=True)  # fmt: skip
         if len(self.sites) == 1:
             return StepReducer
         mine = None
