@@ -18,7 +18,7 @@ pytestmark = pytest.mark.dist
 # saving the site model before and after it
 SITE = textwrap.dedent(
     """
-    import sys, torch, torch.distributed as dist, torch.nn.functional as F
+    import copy, sys, torch, torch.distributed as dist, torch.nn.functional as F
     import shoal
     from shoal.config import SlowLinkConfig
     from shoal.runtime.local_update import LocalUpdate
@@ -41,7 +41,15 @@ SITE = textwrap.dedent(
     t.local = LocalUpdate(t, SlowLinkConfig(local_steps=1, outer_lr=1.0, outer_momentum=0.0))
     t.local.sites_spec = "0,1/2"
     t.regroup(Group(0, rank, 3, ("w0", "w1", "w2"), ("native",) * 3, (1.0,) * 3))
+    initial = copy.deepcopy(t.model)
     t.train_step()
+    # the step's gradient is the mean over this site's micro-batches only
+    plan = t.rebalancer.plan
+    mine = [j for r in t.local.sites[t.local.site] for j in plan.indices(r)]
+    for j in mine:
+        job.loss_fn(initial, t._micro_batch(0, 0, j)[1]).backward()
+    for p, q in zip(t.model.parameters(), initial.parameters()):
+        assert torch.allclose(p.grad, q.grad / len(mine), rtol=1e-5, atol=1e-7), (rank, mine)
     before = [p.detach().clone() for p in t.model.parameters()]
     assert t.local.before_step(t)
     after = [p.detach().clone() for p in t.model.parameters()]

@@ -105,16 +105,16 @@ class SiteReducer(StepReducer):
     def __init__(self, model, consistency, rank, world_size, measure=False, *, site, group, counts):
         super().__init__(model, consistency, rank, world_size, measure=False)
         self.site, self.site_group, self.counts = site, group, counts
-
-    def begin(self, num_micro_batches: int, similarity: bool = False) -> None:
-        super().begin(num_micro_batches, False)
-        counts = self.counts()
-        self.site_micro_batches = max(1, sum(counts[r] for r in self.site))
+        self.site_micro_batches = 1
         if self.fixed:
             # the grid's room and its mean are the site's: only its micro-batches are summed
-            self.fixed.num_micro_batches = self.site_micro_batches
-            if not self.fixed.probing:
-                self.fixed._make_grid()
+            begin = self.fixed.begin
+            self.fixed.begin = lambda _, acc, half=None: begin(self.site_micro_batches, acc, half)
+
+    def begin(self, num_micro_batches: int, similarity: bool = False) -> None:
+        counts = self.counts()
+        self.site_micro_batches = max(1, sum(counts[r] for r in self.site))
+        super().begin(num_micro_batches, False)
 
     def start(self, timing, leaving: bool = False, regroup: bool = False) -> PendingStep:
         overflow = bool(self.fixed and self.fixed.overflow)
