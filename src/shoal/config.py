@@ -396,8 +396,10 @@ class ProviderConfig:
 class SlowLinkConfig:
     """Training across slow links (issue 15): which workers share a site, and how the sites'
     sums cross the links between them. Inside a site the exact dense sum runs as always;
-    across sites each site's leader sends a sparse message with error feedback
-    (`runtime/sites.py`). With `compress` none (the default) nothing changes."""
+    across sites either each site's leader sends a sparse message with error feedback every
+    step (`--compress`, `runtime/sites.py`), or every site takes H optimizer steps on its own
+    sum and then one outer Nesterov step on the sites' averaged pseudo-gradient (`--local-steps
+    H`, DiLoCo, `runtime/local_update.py`). Neither set (the default): nothing changes."""
 
     sites: str | None = field(
         default=None,
@@ -415,6 +417,29 @@ class SlowLinkConfig:
             "across sites: none, topk:KEEP, blocktopk:KEEP (KEEP in (0, 1)), or auto (the "
             "bandwidth controller picks KEEP each step)",
             metavar="MODE",
+        ),
+    )
+
+    local_steps: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--local-steps",
+            "local-update mode: H inner steps per site, then one outer step (default: off)",
+            metavar="H",
+        ),
+    )
+    outer_lr: float = field(
+        default=0.7,
+        metadata=_flag(
+            "--outer-lr", "local-update mode: outer learning rate (default 0.7)", metavar="LR"
+        ),
+    )
+    outer_momentum: float = field(
+        default=0.9,
+        metadata=_flag(
+            "--outer-momentum",
+            "local-update mode: outer Nesterov momentum (default 0.9)",
+            metavar="MU",
         ),
     )
 
@@ -437,6 +462,16 @@ class SlowLinkConfig:
             )
         if self.sites is not None:
             _check_sites(self.sites)
+        # local-update mode: the same words as control.bandwidth.validate_slow_link
+        h = self.local_steps
+        if h is not None and (int(h) != h or h < 1):
+            raise UserError(f"--local-steps: local steps H must be an integer >= 1, got {h}")
+        if not self.outer_lr > 0:
+            raise UserError(f"--outer-lr must be > 0, got {self.outer_lr}")
+        if not 0 <= self.outer_momentum < 1:
+            raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
+        if h is not None and self.compress != "none":
+            raise UserError("--local-steps and --compress: choose one way across the links")
 
 
 def _check_sites(spec: str) -> None:

@@ -41,6 +41,7 @@ from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
 from shoal.runtime.finite import NonFiniteStep
+from shoal.runtime.local_update import LocalUpdate
 from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256, training_state
@@ -152,6 +153,8 @@ def main(config: RunConfig) -> int:
         if code is not None:
             return code
     wall_s = time.perf_counter() - start
+    if w.trainer.local:  # local-update mode: the last round's outer step, one final model
+        w.trainer.local.finish(w.trainer)
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
     if w.writer is not None:  # rank 0 of the last generation
         path = w.checkpointer.final(w.trainer.step, training_state(w.trainer))
@@ -187,6 +190,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         on_nonfinite=config.on_nonfinite,
         link=config.link,
     )
+    if config.link.local_steps is not None:
+        trainer.local = LocalUpdate(trainer, config.link, config.peer_timeout_s)
     fingerprint = outputs.job_fingerprint(
         config.job, options, job, config.consistency, trainer.model
     )

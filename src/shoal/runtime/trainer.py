@@ -143,6 +143,7 @@ class Trainer:
         # micro-batches read, by (step, stream offset, index): this step's and the next's
         self._read: dict[tuple[int, int, int], tuple[list[int], object]] = {}
         self.on_samples = None  # optional callback(step, micro_batch, sample ids) on every use
+        self.local = None  # local-update mode (local_update.py): set by the worker
         self.regroup(Group(0, 0, 1, ("w0",), ("native",), (1.0,)))
 
     def regroup(self, group: Group) -> None:
@@ -151,14 +152,20 @@ class Trainer:
         self.rank, self.world_size = group.rank, group.world_size
         if self.exchange is not None:
             self.exchange.regroup(group)
-        self.reducer = StepReducer(
-            self.model,
-            self.consistency,
-            self.rank,
-            self.world_size,
-            self.batch.measuring,
-            self.exchange,
-        )
+        if self.local:  # local-update mode: a site's own sum (never with --compress)
+            reducer = self.local.reducer_for(self, group)
+            self.reducer = reducer(
+                self.model, self.consistency, self.rank, self.world_size, self.batch.measuring
+            )
+        else:
+            self.reducer = StepReducer(
+                self.model,
+                self.consistency,
+                self.rank,
+                self.world_size,
+                self.batch.measuring,
+                self.exchange,
+            )
         if state is not None:
             self.reducer.load_state_dict(state)
         self._joined = group  # planned at the group's first step (a cap needs the real group)
@@ -180,6 +187,8 @@ class Trainer:
         collective, read the next step's share while it is in flight (an emulated kind: inside
         its device time, before it joins), wait, update, record."""
         start, plan = time.perf_counter(), self._plan()
+        if self.local:  # local-update mode: a completed round's outer step first
+            self.local.before_step(self)
         mine, redone = plan.indices(self.rank), 0
         similarity = self.batch.wants_similarity(self.step)
         bounds = self.reducer.state_dict()

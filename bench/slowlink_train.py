@@ -1,0 +1,311 @@
+"""Training over slow links (issue 15): time to a target validation loss, side by side.
+
+On the test bed (`bench/slowlink/testbed.py`: two sites as network namespaces, one worker each,
+links shaped with tc tbf, torchrun's c10d rendezvous across them), at each link rate, every
+side trains the same job from the same initial weights and data order:
+
+    ddp              torch DDP, gloo, dense all-reduce every step (the yardstick)
+    powersgd         DDP with torch's PowerSGD comm hook (rank --powersgd-rank)
+    shoal-dense      shoal's exact step (one dense exact sum across the sites)
+    shoal-blocktopk  shoal, --compress blocktopk:KEEP (issue 15, h15a's flag)
+    shoal-auto       shoal, --compress auto (the bandwidth controller picks KEEP)
+    shoal-local      shoal, --local-steps H (DiLoCo: H steps per site, then an outer step)
+
+A side whose flag this shoal does not have yet is reported "unavailable", not run.
+
+Validation: every --eval-every steps a side's model is set aside (DDP: copied to memory; shoal:
+its checkpoint, hard-linked as it appears) and evaluated after the run, off the clock. A
+side's training time is the sum of its step times (start-up and evaluation excluded); its time
+to target is that sum up to the first evaluated step whose validation loss is <= the target.
+The target defaults to 1.02 x the dense DDP's final validation loss at the first rate (so
+"reached" also means "within 2 % of dense"); --target MODEL=LOSS fixes it. For shoal-local
+the models evaluated mid-run are site 0's (the sites meet every H steps; the final model is
+the one all sites share), so its curve is, if anything, pessimistic.
+
+Models (see docs/notes/local-update.md for why these sizes):
+- transformer: examples/transformer.py at dim 256 (1.6 M parameters, a 6.3 MB dense
+  gradient), micro-batch 8, global batch 16, 200 steps: at 100 Mbit/s a dense exchange
+  takes ~0.55 s against tens of ms of compute, so the link dominates, yet DDP's run takes
+  about two minutes. Validation: 1024 fresh sequences (a seed the job never trains on).
+- digits: examples/digits.py (the CNN, 0.04 M parameters): a model too small for the link to
+  matter much, the contrast. Validation: the whole digits set in eval mode (the job has no
+  held-out split, so this is a training-set loss; said so in the table).
+
+    sudo python bench/slowlink_train.py --rates 100,500,1000          # the real run
+    sudo python bench/slowlink_train.py --smoke                       # seconds: it runs at all
+prints, per model and rate, a table of throughput and time to target with ratios against DDP,
+and writes every row to OUT/results.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT / "src"), str(HERE)]
+
+from slowlink.testbed import RDZV_PORT, WAN, SlowLinkBed, bed_available  # noqa: E402
+
+from shoal.config import SlowLinkConfig  # noqa: E402
+from shoal.job import build_job, load_job_file, parse_options  # noqa: E402
+
+DDP_WORKER = HERE / "slowlink" / "ddp_train.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    job: str
+    options: tuple[str, ...]
+    steps: int  # per side (shoal-local: x --local-budget)
+    eval_every: int
+
+
+MODELS = {
+    "transformer": Model(
+        "examples/transformer.py",
+        ("dim=256", "micro_batch_size=8", "global_batch_size=16", "lr=0.001"),
+        steps=200,
+        eval_every=10,
+    ),
+    "digits": Model("examples/digits.py", ("micro_batch_size=16", "global_batch_size=32"), 300, 10),
+}
+SMOKE = {
+    "transformer": Model(
+        "examples/transformer.py",
+        ("dim=32", "micro_batch_size=4", "global_batch_size=8"),
+        steps=4,
+        eval_every=2,
+    ),
+}
+SIDES = ("ddp", "powersgd", "shoal-dense", "shoal-blocktopk", "shoal-auto", "shoal-local")
+
+
+def side_argv(side: str, args) -> list[str] | None:
+    """The side's extra flags, or None when this shoal lacks the flag (h15a's --compress)."""
+    fields = {f.name for f in dataclasses.fields(SlowLinkConfig)}
+    extra = {
+        "ddp": [],
+        "powersgd": ["--powersgd", str(args.powersgd_rank)],
+        "shoal-dense": [],
+        "shoal-blocktopk": ["--compress", f"blocktopk:{args.keep}"],
+        "shoal-auto": ["--compress", "auto"],
+        "shoal-local": ["--local-steps", str(args.local_steps)],
+    }[side]
+    if "--compress" in extra and "compress" not in fields:
+        return None
+    if "--local-steps" in extra and "local_steps" not in fields:
+        return None
+    return extra
+
+
+def worker_script(side: str, model: Model, steps: int, out: pathlib.Path, extra) -> list[str]:
+    opts = [a for o in model.options for a in ("-o", o)]
+    job = str(ROOT / model.job)
+    common = [job, *opts, "--steps", str(steps), "--out", str(out)]
+    if side in ("ddp", "powersgd"):
+        return [str(DDP_WORKER), *common, "--eval-every", str(model.eval_every), *extra]
+    ckpt = ["--checkpoint-every", str(model.eval_every), "--checkpoint-seconds", "0"]
+    return ["-m", "shoal.worker", *common, *ckpt, *extra]
+
+
+def run_side(bed, script, out: pathlib.Path, port: int, timeout_s: float) -> None:
+    """Both sites' torchrun; shoal's checkpoints are hard-linked into out/kept as they appear
+    (shoal keeps only the newest three)."""
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": WAN, "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    out.mkdir(parents=True)
+    kept, procs = out / "kept", []
+    kept.mkdir()
+    deadline = time.monotonic() + timeout_s
+    try:
+        for site in range(bed.num_sites):
+            with open(out / f"site{site}.log", "w") as log:
+                argv = bed.torchrun_argv(site, script, port=port)
+                procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            _keep_checkpoints(out / "checkpoints", kept)
+            time.sleep(0.1)
+        _keep_checkpoints(out / "checkpoints", kept)
+        codes = [p.poll() for p in procs]
+        if codes != [0] * len(procs):
+            log = "".join(f.read_text() for f in sorted(out.glob("site*.log")))[-2000:]
+            raise RuntimeError(f"side failed (exit codes {codes}): {log}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _keep_checkpoints(folder: pathlib.Path, kept: pathlib.Path) -> None:
+    if not folder.exists():
+        return
+    for manifest in folder.glob("ckpt-*.json"):  # written after its .pt: the .pt is whole
+        pt, link = manifest.with_suffix(".pt"), kept / manifest.with_suffix(".pt").name
+        if not link.exists():
+            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile: lost, not fatal
+                os.link(pt, link)
+
+
+def curve(side: str, out: pathlib.Path) -> tuple[list[float], dict[int, dict]]:
+    """Per-step seconds and the set-aside model states by step."""
+    if side in ("ddp", "powersgd"):
+        times = json.loads((out / "ddp.json").read_text())["step_times_s"]
+        snaps = {int(p.stem[5:]): p for p in out.glob("snap-*.pt")}
+        return times, {s: torch.load(p, weights_only=True) for s, p in snaps.items()}
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    by_step = {r["step"]: r["step_time_s"] for r in lines if r.get("kind") == "step"}
+    times = [by_step[s] for s in sorted(by_step)]
+    states = {}
+    for p in (out / "kept").glob("ckpt-*.pt"):
+        states[int(p.stem[5:])] = torch.load(p, weights_only=True)["model"]
+    return times, states
+
+
+def validation(model_name: str, model: Model):
+    """(job, batches) to evaluate a model state on."""
+    path = ROOT / model.job
+    job = build_job(load_job_file(path), parse_options(list(model.options)), None)
+    module = sys.modules[f"shoal_job_{path.stem}"]
+    if model_name == "transformer":
+        data = module.ReverseDataset(1024, seed=10_000)  # sequences the job never trains on
+        batches = [(x, x.flip(1)) for x in data.inputs.split(256)]
+    else:
+        x, y = job.dataset.tensors
+        batches = [(x, y)]
+    return job, batches
+
+
+@torch.no_grad()
+def val_loss(job, batches, state: dict) -> float:
+    net = job.model()
+    net.load_state_dict(state, strict=False)  # non-persistent buffers are rebuilt by the model
+    net.eval()
+    total = sum(float(job.loss_fn(net, b)) * len(b[0]) for b in batches)
+    return total / sum(len(b[0]) for b in batches)
+
+
+def summarize(side: str, times: list[float], losses: dict[int, float], target: float) -> dict:
+    warm = times[3:] or times  # the first steps pay connection set-up and exact mode's probe
+    reached = next((s for s in sorted(losses) if losses[s] <= target), None)
+    return {
+        "side": side,
+        "steps": len(times),
+        "steps_per_s": len(warm) / sum(warm) if sum(warm) > 0 else math.nan,
+        "train_s": sum(times),
+        "final_val_loss": losses[max(losses)] if losses else math.nan,
+        "target": target,
+        "time_to_target_s": sum(times[:reached]) if reached else None,
+        "target_step": reached,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    ddp = next((r for r in rows if r["side"] == "ddp" and "steps_per_s" in r), None)
+    head = "| side | steps/s | x DDP | time to target (s) | x DDP | final val loss | vs DDP |"
+    out = [head, "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "steps_per_s" not in r:
+            out.append(f"| {r['side']} | {r['status']} | | | | | |")
+            continue
+        t = r["time_to_target_s"]
+        speed = r["steps_per_s"] / ddp["steps_per_s"] if ddp else math.nan
+        tt = ddp and ddp["time_to_target_s"] and t and ddp["time_to_target_s"] / t
+        gap = r["final_val_loss"] / ddp["final_val_loss"] - 1 if ddp else math.nan
+        out.append(
+            f"| {r['side']} | {r['steps_per_s']:.2f} | {speed:.2f} | "
+            f"{'not reached' if t is None else f'{t:.1f}'} | {tt or float('nan'):.2f} | "
+            f"{r['final_val_loss']:.4f} | {gap:+.1%} |"
+        )
+    return "\n".join(out)
+
+
+def bench_model(bed, name, model, rates, sides, args, work, results) -> None:
+    job, batches = validation(name, model)
+    target = args.targets.get(name)
+    for rate in rates:
+        bed.set_rate(rate)
+        rows = []
+        for side in sides:
+            extra = side_argv(side, args)
+            row = {"model": name, "rate_mbit": rate}
+            if extra is None:
+                rows.append({**row, "side": side, "status": "unavailable (no such flag yet)"})
+                continue
+            steps = model.steps * (args.local_budget if side == "shoal-local" else 1)
+            out = work / f"{name}-{rate:g}-{side}"
+            args.port += 1  # a fresh rendezvous port per job: the last one may linger
+            script = worker_script(side, model, int(steps), out, extra)
+            try:
+                run_side(bed, script, out, args.port, args.side_timeout)
+            except RuntimeError as exc:
+                rows.append({**row, "side": side, "status": f"failed: {str(exc)[-300:]}"})
+                continue
+            times, states = curve(side, out)
+            losses = {s: val_loss(job, batches, st) for s, st in sorted(states.items())}
+            if target is None and side == "ddp":  # within 2 % of dense DDP's final loss
+                target = 1.02 * losses[max(losses)]
+            rows.append({**row, **summarize(side, times, losses, target or -math.inf)})
+            rows[-1]["val_curve"] = losses
+        for r in rows:
+            results.write(json.dumps(r) + "\n")
+        print(f"\n## {name} at {rate:g} Mbit/s (2 sites, 1 worker each)\n{table(rows)}", flush=True)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", default="100,500,1000", help="Mbit/s")
+    parser.add_argument("--models", default="transformer,digits")
+    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
+    parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")
+    parser.add_argument("--local-budget", type=float, default=2.0, help="x steps, shoal-local")
+    parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--target", action="append", default=[], metavar="MODEL=LOSS")
+    parser.add_argument("--side-timeout", type=float, default=900.0, help="seconds per side")
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--smoke", action="store_true", help="one rate, a tiny model: seconds")
+    args = parser.parse_args(argv)
+    args.targets = {k: float(v) for k, v in (t.split("=", 1) for t in args.target)}
+    args.port = RDZV_PORT + 100
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    reason = bed_available()
+    if reason:
+        print(f"slowlink_train: error: {reason}", file=sys.stderr)
+        return 2
+    models = SMOKE if args.smoke else {m: MODELS[m] for m in args.models.split(",")}
+    rates = [1000.0] if args.smoke else [float(r) for r in args.rates.split(",")]
+    if args.smoke:
+        args.local_steps, args.side_timeout = 2, 180.0
+    sides = args.sides.split(",")
+    work = args.out or pathlib.Path(tempfile.mkdtemp(prefix="slowlink-train-"))
+    work.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the bed is torn down on exit
+    with SlowLinkBed(2, rates[0]) as bed, open(work / "results.jsonl", "a") as results:
+        for name, model in models.items():
+            bench_model(bed, name, model, rates, sides, args, work, results)
+    print(f"\nrows in {work / 'results.jsonl'}")
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())

@@ -1,0 +1,92 @@
+"""Local-update mode across processes: two sites meet in an exact outer step, and a kill in
+local-update mode changes no bit of the trained state."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from shoal_testing import ROOT, metrics, shoal_run
+
+pytestmark = pytest.mark.dist
+
+# three gloo processes in two sites ("0,1/2"): a step on each site's own micro-batches (the
+# first site sums two workers' exactly), then the outer step (H = 1, outer lr 1, no momentum),
+# saving the site model before and after it
+SITE = textwrap.dedent(
+    """
+    import copy, sys, torch, torch.distributed as dist, torch.nn.functional as F
+    import shoal
+    from shoal.config import SlowLinkConfig
+    from shoal.runtime.local_update import LocalUpdate
+    from shoal.runtime.membership import Group
+    from shoal.runtime.trainer import Trainer
+
+    rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=3)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 5, generator=g)
+    job = shoal.Job(
+        model=lambda: torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Tanh(),
+                                          torch.nn.Linear(8, 2)),
+        optimizer=lambda params: torch.optim.SGD(params, lr=0.5),
+        dataset=torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long()),
+        loss_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]),
+        micro_batch_size=4, global_batch_size=16, seed=1,
+    )
+    t = Trainer(job)
+    t.local = LocalUpdate(t, SlowLinkConfig(local_steps=1, outer_lr=1.0, outer_momentum=0.0))
+    t.local.sites_spec = "0,1/2"
+    t.regroup(Group(0, rank, 3, ("w0", "w1", "w2"), ("native",) * 3, (1.0,) * 3))
+    initial = copy.deepcopy(t.model)
+    t.train_step()
+    # the step's gradient is the mean over this site's micro-batches only
+    plan = t.rebalancer.plan
+    mine = [j for r in t.local.sites[t.local.site] for j in plan.indices(r)]
+    for j in mine:
+        job.loss_fn(initial, t._micro_batch(0, 0, j)[1]).backward()
+    for p, q in zip(t.model.parameters(), initial.parameters()):
+        assert torch.allclose(p.grad, q.grad / len(mine), rtol=1e-5, atol=1e-7), (rank, mine)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    assert t.local.before_step(t)
+    after = [p.detach().clone() for p in t.model.parameters()]
+    torch.save({"before": before, "after": after}, f"{out}/{rank}.pt")
+    """
+)
+
+
+def test_two_sites_meet_in_the_average_of_their_models(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    args = [str(tmp_path / "store"), str(tmp_path)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SITE, str(r), *args], env=env) for r in range(3)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    w0, w1, w2 = (torch.load(tmp_path / f"{r}.pt") for r in range(3))
+    # a site's workers hold the same model; the sites, each on its own micro-batches, differ
+    assert all(torch.equal(a, b) for a, b in zip(w0["before"], w1["before"], strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(w0["before"], w2["before"], strict=True))
+    for a, b, *after in zip(w0["before"], w2["before"], w0["after"], w1["after"], w2["after"]):
+        assert torch.equal(after[0], after[1]) and torch.equal(after[0], after[2])
+        # the mean of the two sites, not of the three workers
+        assert torch.allclose(after[0], (a + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path):
+    # one site under `shoal run`: the inner sums are exact on any group, so a kill and its
+    # recovery must end on the uninterrupted run's digest, and the outer state must survive it
+    args = ["--local-steps", "3", "-o", "micro_batch_size=32", "-o", "global_batch_size=128"]
+    alone = shoal_run(tmp_path / "alone", "v100", 10, *args)
+    killed = shoal_run(tmp_path / "killed", "2xv100", 10, *args, "--events", "step 4: kill 1")
+    assert killed["state_sha256"] == alone["state_sha256"]
+    fails = [r for r in metrics(tmp_path / "killed") if r.get("event") == "fail"]
+    assert len(fails) == 1 and 0 < fails[0]["step"] < 10
+
+
+def test_fewer_than_one_local_step_is_one_line_and_exit_2(tmp_path):
+    err = shoal_run(tmp_path / "bad", "v100", 5, "--local-steps", "0", expect=2)
+    assert err.strip().splitlines() == ["shoal: error: --local-steps: local steps H must be an "
+                                        "integer >= 1, got 0"]  # fmt: skip
