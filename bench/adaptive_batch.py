@@ -1,16 +1,16 @@
 """Time to accuracy with an adaptive global batch: fixed batches (a sweep) vs jabas, pollux, shoal.
 
     python bench/adaptive_batch.py [--tasks digits,shakespeare] [--seeds 0,1,2]
-        [--workers v100,k80,k80] [--eval-every 20] [--max-steps 600] [--exchange pollux|none]
+        [--workers v100,k80,k80] [--eval-every 10] [--max-steps 600] [--exchange pollux|none]
         [--json FILE]
     python bench/adaptive_batch.py --smoke   # digits, 2 x 2 steps per side, 1 seed: plumbing only
 
 Tasks (this file is also their job file: `shoal run bench/adaptive_batch.py -o task='digits'`):
 - `digits`: examples/digits.py's CNN (SGD, momentum 0.9) on scikit-learn's digits; 300 images
-  held out (a fixed permutation); target: validation accuracy >= --target-digits (0.95).
+  held out (a fixed permutation); target: validation accuracy >= --target-digits (0.975).
 - `shakespeare`: examples/shakespeare.py's character-level causal transformer (AdamW, 10-step
   warm-up) on the shipped corpus's first 90 %; target: validation loss on 512 windows of the
-  last 10 % <= --target-shakespeare.
+  last 10 % <= --target-shakespeare (2.3).
 - `reverse`: examples/transformer.py's transformer (AdamW, 10-step warm-up) learning to reverse
   sequences; 1,024 held-out sequences of another seed; target: validation loss <=
   --target-reverse (0.3).
@@ -28,8 +28,8 @@ The emulated cluster (--exchange pollux, the default): one worker per server, an
 gradient exchange costs what Pollux measured for an application of the task's family on three
 single-GPU nodes (its trace's placement "111"; cifar10 for digits, bert for the transformers),
 as a ratio to the compute of the initial step: sync / compute = 1.18 (cifar10) and 1.78 (bert).
-A short calibration run fixes the host's time per micro-batch as every run's yardstick
-(SHOAL_EMULATED_HOST_S) and sets SHOAL_EMULATED_SYNC_S to the ratio x the initial step's
+A short calibration run fixes 1.25x the host's time per micro-batch as every run's yardstick
+(SHOAL_EMULATED_HOST_S, which paces every kind, the fastest too) and sets SHOAL_EMULATED_SYNC_S to the ratio x the initial step's
 compute; the adaptive policies' throughput model is told the same (`--batch-sync`).
 `--exchange none`: loopback's exchange only (milliseconds), where a step's time is nearly linear
 in its batch, and a larger batch buys almost no throughput.
@@ -179,6 +179,7 @@ def side_flags(side: str, task: str, args, calibrating=False) -> tuple[dict, lis
 # v100,k80,k80 are) at its initial batch; its exchange / compute ratio is carried over to the
 # task's initial step.
 EXCHANGE_APP = {"digits": "cifar10", "shakespeare": "bert", "reverse": "bert"}
+YARDSTICK_MARGIN = 1.25
 
 
 def exchange_ratio(app: str) -> float:
@@ -221,7 +222,9 @@ def calibrate(task: str, args) -> dict:
         for w in r["workers"]
         if w.get("micro_batch_time_s") and w["device"] == args.workers.split(",")[0]
     ]
-    host_s = statistics.median(times)
+    # every kind (the fastest too) is paced to the yardstick: a margin over the measured host
+    # time keeps the emulated speeds, and so the figures, independent of the host's load
+    host_s = YARDSTICK_MARGIN * statistics.median(times)
     priors = [1 / devices.workload_speed(k, None) for k in devices.parse_workers(args.workers)]
     seconds = [p / min(priors) for p in priors]
     m0 = spec["sweep"][0] // spec["b"]
@@ -458,11 +461,11 @@ def main() -> None:
     p.add_argument("--seeds", default=None, help="comma list (default 0,1,2; --toy: 0..15)")
     p.add_argument("--sides", default=None, help="comma list (default: the sweep + adaptive)")
     p.add_argument("--workers", default="v100,k80,k80")
-    p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--max-steps", type=int, default=600)
     p.add_argument("--batch-every", type=int, default=10)
-    p.add_argument("--target-digits", type=float, default=0.95)
-    p.add_argument("--target-shakespeare", type=float, default=2.5)
+    p.add_argument("--target-digits", type=float, default=0.975)
+    p.add_argument("--target-shakespeare", type=float, default=2.3)
     p.add_argument("--target-reverse", type=float, default=0.3)
     p.add_argument(
         "--smoke", action="store_true", help="digits, one seed, 2 x 2 steps per side, target 0"

@@ -183,10 +183,8 @@ class StepReducer:
             self.buf = torch.zeros(self.base + halves, dtype=torch.int64, device=self.device)
             self.extra = self.buf[grad_ints : self.base]
         self.extra.zero_()  # the gradient's part is the accumulator's to reset
-        self._began, self._step = (
-            time.perf_counter(),
-            step,
-        )  # the pass's compute time: what an exchange hides under
+        # the pass's start (its compute time is what an exchange hides under) and its step
+        self._began, self._step = time.perf_counter(), step
         self.losses: dict[int, float] = {}
         self.sqnorms: dict[int, torch.Tensor] = {}
         self.similarity = similarity and self.measure and num_micro_batches >= 2
