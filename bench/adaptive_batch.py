@@ -29,8 +29,9 @@ gradient exchange costs what Pollux measured for an application of the task's fa
 single-GPU nodes (its trace's placement "111"; cifar10 for digits, bert for the transformers),
 as a ratio to the compute of the initial step: sync / compute = 1.18 (cifar10) and 1.78 (bert).
 A short calibration run fixes 1.25x the host's time per micro-batch as every run's yardstick
-(SHOAL_EMULATED_HOST_S, which paces every kind, the fastest too) and sets SHOAL_EMULATED_SYNC_S to the ratio x the initial step's
-compute; the adaptive policies' throughput model is told the same (`--batch-sync`).
+(SHOAL_EMULATED_HOST_S, which paces every kind, the fastest too) and sets
+SHOAL_EMULATED_SYNC_S to the ratio x the initial step's compute; the adaptive policies'
+throughput model is told the same (`--batch-sync`).
 `--exchange none`: loopback's exchange only (milliseconds), where a step's time is nearly linear
 in its batch, and a larger batch buys almost no throughput.
 
