@@ -31,7 +31,8 @@ def test_a_fixed_yardstick_sets_the_emulated_speed(tmp_path):
     shoal_run(out, "v100,k80", 8, *OPTIONS, env={"SHOAL_EMULATED_HOST_S": str(host_s)})
     fast, slow = per_micro_batch_s(out)
     assert 0.999 * ratio() * host_s <= slow < 1.1 * ratio() * host_s
-    assert fast < host_s  # the fastest kind is never padded
+    # a fixed yardstick paces the fastest kind too: its speed does not follow the host's load
+    assert 0.999 * host_s <= fast < 1.1 * host_s
 
 
 def test_an_emulated_kind_paces_against_the_fastest_worker(tmp_path):

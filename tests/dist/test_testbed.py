@@ -32,3 +32,20 @@ def test_teardown_runs_when_the_body_fails():
         raise RuntimeError("a failing job")
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(name in listed for name in names)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(REASON is not None, reason=REASON or "")
+def test_slowlink_train_smoke(tmp_path):
+    """bench/slowlink_train.py --smoke: every side that this shoal has runs on the bed and
+    reports a throughput (the timing run itself is the benchmark's, not a test's)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    argv = [sys.executable, "bench/slowlink_train.py", "--smoke", "--sides", "ddp,shoal-dense"]
+    subprocess.run([*argv, "--out", str(tmp_path)], cwd=root, check=True, timeout=300)
+    rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert {r["side"] for r in rows} == {"ddp", "shoal-dense"}
+    assert all(r["steps_per_s"] > 0 for r in rows)
