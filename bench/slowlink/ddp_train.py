@@ -33,7 +33,11 @@ def make_ddp(job, powersgd_rank: int) -> DistributedDataParallel:
     seed_everything(micro_batch_seed(job.seed, -1, 0))  # the same initial weights as shoal
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        model = DistributedDataParallel(job.model().train())
+        # PowerSGD: one bucket. With DDP's default buckets (1 MB first, then 25 MB) the two
+        # ranks' P-matrix all-reduces differed in size after DDP's bucket rebuild (gloo aborts:
+        # "received data size doesn't match expected size"); dense DDP keeps the defaults
+        buckets = {"bucket_cap_mb": 1024} if powersgd_rank else {}
+        model = DistributedDataParallel(job.model().train(), **buckets)
     if powersgd_rank:
         # DDP rebuilds its buckets after the first iteration: PowerSGD starts after a few
         # plain all-reduces (torch's own advice when error feedback is on)
