@@ -143,29 +143,40 @@ BATCH_PANELS = (
 )
 
 
-def plot_batch(run: Run, path: Path) -> None:
-    """Loss, global batch, noise scale, halves' similarity and LR factor against step, one
-    panel each on a shared step axis, so a batch change lines up with what caused it."""
-    fig = _figure(1.6 * len(BATCH_PANELS))
-    axes = fig.subplots(len(BATCH_PANELS), 1, sharex=True)
-    for ax, (name, label, as_points) in zip(axes, BATCH_PANELS, strict=True):
+def _step_panels(run: Run, path: Path, title: str, names: list[str], labels: list[str], draw):
+    """One panel per StepLine field against step on a shared axis, membership changes marked;
+    `draw(ax, name, xs, ys)` plots a field's logged values (a field never logged: a note)."""
+    fig = _figure(1.6 * len(names))
+    axes = fig.subplots(len(names), 1, sharex=True)
+    for ax, name, label in zip(axes, names, labels, strict=True):
         points = [(s.step, getattr(s, name)) for s in run.steps if getattr(s, name) is not None]
         if not points:
             _no_data(ax, f"no {name.replace('_', ' ')} logged")
             continue
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
-        if as_points:
-            ax.plot(xs, ys, "o", color="#3366cc", markersize=4)
-        else:
-            drawstyle = "steps-post" if name == "global_batch_size" else "default"
-            ax.plot(xs, ys, color="#333", linewidth=1.5, drawstyle=drawstyle)
+        draw(ax, name, [p[0] for p in points], [p[1] for p in points])
         _event_lines(ax, _changes_by_step(run))
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
     _integer_steps(axes[-1])
-    axes[0].set_title("Adaptive batch")
+    axes[0].set_title(title)
     fig.savefig(path, format="png")
+
+
+def plot_batch(run: Run, path: Path) -> None:
+    """Loss, global batch, noise scale, halves' similarity and LR factor against step, one
+    panel each on a shared step axis, so a batch change lines up with what caused it."""
+    as_points = {name for name, _, points in BATCH_PANELS if points}
+
+    def draw(ax, name, xs, ys):
+        if name in as_points:
+            ax.plot(xs, ys, "o", color="#3366cc", markersize=4)
+        else:
+            drawstyle = "steps-post" if name == "global_batch_size" else "default"
+            ax.plot(xs, ys, color="#333", linewidth=1.5, drawstyle=drawstyle)
+
+    names, labels = [p[0] for p in BATCH_PANELS], [p[1] for p in BATCH_PANELS]
+    _step_panels(run, path, "Adaptive batch", names, labels, draw)
 
 
 def plot_throughput(run: Run, timeline: Timeline, path: Path) -> None:
@@ -386,22 +397,13 @@ def plot_link(run: Run, path: Path) -> None:
     """Across slow links: the measured link throughput, the keep ratio the step used, the
     step time and the exchange time, on a shared step axis, so a change of the link's rate
     lines up with the controller's answer (`--compress auto`) and what it cost."""
-    fig = _figure(1.6 * len(LINK_PANELS))
-    axes = fig.subplots(len(LINK_PANELS), 1, sharex=True)
-    for ax, (name, label, log) in zip(axes, LINK_PANELS, strict=True):
-        points = [(s.step, getattr(s, name)) for s in run.steps if getattr(s, name) is not None]
-        if not points:
-            _no_data(ax, f"no {name.replace('_', ' ')} logged")
-            continue
-        xs, ys = [p[0] for p in points], [p[1] for p in points]
+    log_scale = {name for name, _, log in LINK_PANELS if log}
+
+    def draw(ax, name, xs, ys):
         drawstyle = "steps-post" if name == "keep_ratio" else "default"
         ax.plot(xs, ys, color="#333", linewidth=1.5, drawstyle=drawstyle)
-        if log and min(ys) > 0:
+        if name in log_scale and min(ys) > 0:
             ax.set_yscale("log")
-        _event_lines(ax, _changes_by_step(run))
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("step")
-    _integer_steps(axes[-1])
-    axes[0].set_title("Across slow links")
-    fig.savefig(path, format="png")
+
+    names, labels = [p[0] for p in LINK_PANELS], [p[1] for p in LINK_PANELS]
+    _step_panels(run, path, "Across slow links", names, labels, draw)

@@ -194,14 +194,7 @@ class ScenarioResult:
 
     def summary(self) -> dict:
         """The result without its event log (what `--json` prints)."""
-        return {
-            "time_s": self.time_s,
-            "cost_usd": self.cost_usd,
-            "revocations": self.revocations,
-            "changes": self.changes,
-            "lost_steps": self.lost_steps,
-            "cost_by_kind": dict(self.cost_by_kind),
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "events"}
 
 
 @dataclass
