@@ -22,8 +22,9 @@ Time: emulated seconds = wall seconds x `time_scale`, counted from the moment th
 forms (the initial servers are billed from 0 and are ready then). The measured host seconds
 per micro-batch (from the step lines' shares, each divided by its kind's slowdown), the step
 overhead beyond the slowest share, and the change cost (recover events) are kept in emulated
-seconds too; they feed the scaler through the scenario's step-time model
-(`sim.scenario.step_time_model`) and go to `OUT/scenario.json` at the end, so that
+seconds too; they feed the scaler through the shared step-time model
+(`control.scaler.profile_step_time`, which `sim.scenario.step_time_model` replays) and go to
+`OUT/scenario.json` at the end, so that
 `shoal simulate --scenario` replays the run. Before any worker starts, the launcher times a
 few micro-batches of the job itself (`estimate_host_s`) for the goal's feasibility check.
 """
@@ -42,12 +43,20 @@ from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.cluster.revocation import load_gce_lifetimes
 from shoal.config import ProviderConfig
-from shoal.control.scaler import Goal, Mix, Scaler, ScalerInput, check_goal, revocation_rate
+from shoal.control.scaler import (
+    Goal,
+    Mix,
+    Scaler,
+    ScalerInput,
+    check_goal,
+    profile_step_time,
+    revocation_rate,
+)
 from shoal.errors import UserError
 from shoal.launcher.events import Event
 from shoal.metrics import RESULT_FILE, CostLine, LeaseLine, MembershipEvent, StepLine
 from shoal.runtime.outputs import append_line
-from shoal.sim.scenario import Scenario, step_time_model
+from shoal.sim.scenario import Scenario, kind_slowdowns
 
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
@@ -343,10 +352,10 @@ class Driver:
             steps=self.spec.config.steps,
             micro_batch_size=self.micro_batch_size,
             batch=tuple(self.batch),
-            host_s=statistics.median(self.host) if self.host else 0.0,
+            host_s=_median(self.host),
             slowdowns={k: self.speeds.slowdown[k] for k in sorted(self.speeds.slowdown)},
-            step_overhead_s=statistics.median(self.overhead) if self.overhead else 0.0,
-            change_cost_s=statistics.median(self.changes) if self.changes else 0.0,
+            step_overhead_s=_median(self.overhead),
+            change_cost_s=_median(self.changes),
             provider=provider,
             goal=goal if cfg.autoscale else {},
             max_servers=cfg.max_servers,
@@ -357,7 +366,13 @@ class Driver:
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
-        sc = self.scenario()
+        """What the scaler weighs now: the scenario's numbers as measured so far (the same
+        step-time model `shoal simulate --scenario` replays, without re-reading the provider's
+        lifetimes on every decision)."""
+        slowdowns = kind_slowdowns(self.speeds.slowdown, self.provider.kinds)
+        step_time = profile_step_time(
+            self.micro_batch_size, _median(self.host), slowdowns, _median(self.overhead)
+        )
         batch = list(self.batch)
 
         def batch_at(step: int) -> int:
@@ -366,13 +381,13 @@ class Driver:
         return ScalerInput(
             now_s=now,
             steps_done=steps_done,
-            steps_total=sc.steps,
+            steps_total=self.spec.config.steps,
             batch_at=batch_at,
-            step_time=step_time_model(sc),
+            step_time=step_time,
             offers=self.provider.offers(now),
             held=self.held(),
             spent_usd=self.spent(now),
-            change_cost_s=sc.change_cost_s,
+            change_cost_s=_median(self.changes),
             revocations_per_s=self.revocation_rate,
         )
 
@@ -491,3 +506,8 @@ def check_provider(spec, speeds, job, host_s: float | None) -> None:
     impossible deadline, a budget below one step): one line each."""
     if spec.config.provider.name:
         Driver(spec, speeds, host_s, job).check()
+
+
+def _median(values) -> float:
+    """A measurement's median so far (0 before the first: the scaler's prior is no cost)."""
+    return statistics.median(values) if values else 0.0

@@ -145,7 +145,7 @@ def _validate(sc: Scenario) -> None:
     for key in initial_counts(sc):
         _check(key[0] in provider.kinds, f"initial kind {key[0]!r} is not in the provider's kinds")
     _check(sc.autoscale or bool(initial_counts(sc)), "a fixed mix (autoscale off) needs initial")
-    _slowdowns(sc, provider.kinds)
+    kind_slowdowns(sc.slowdowns, provider.kinds)
 
 
 def initial_counts(sc: Scenario) -> Counter:
@@ -160,11 +160,11 @@ def initial_counts(sc: Scenario) -> Counter:
     return out
 
 
-def _slowdowns(sc: Scenario, kinds: tuple[str, ...]) -> dict[str, float]:
-    """Each kind's slowdown: the scenario's, else the device table's speed relative to the
+def kind_slowdowns(slowdowns: Mapping[str, float], kinds: tuple[str, ...]) -> dict[str, float]:
+    """Each kind's slowdown: the given one, else the device table's speed relative to the
     fastest of the provider's kinds (what the launcher emulates)."""
     devices = load_devices()
-    out = {devices.check(k): float(v) for k, v in sc.slowdowns.items()}
+    out = {devices.check(k): float(v) for k, v in slowdowns.items()}
     missing = [k for k in kinds if k not in out]
     if missing:
         speed = {k: devices.workload_speed(k) for k in kinds}
@@ -177,8 +177,8 @@ def step_time_model(sc: Scenario) -> Callable[[Mapping[str, int], int], float]:
     """(GPUs per kind, global batch) -> seconds per step of the scenario's job: the scaler's
     `profile_step_time` (the shared step-time model's split of ceil(batch / micro_batch_size)
     micro-batches over GPUs at host_s x slowdown each, plus the per-step overhead). The live
-    run calls `profile_step_time` with the same numbers (the launcher may not import `sim`)."""
-    slow = _slowdowns(sc, provider_from_config(sc.provider).kinds)
+    driver calls `profile_step_time` with the same numbers, without building a Scenario."""
+    slow = kind_slowdowns(sc.slowdowns, provider_from_config(sc.provider).kinds)
     return profile_step_time(sc.micro_batch_size, sc.host_s, slow, sc.step_overhead_s)
 
 
