@@ -50,6 +50,7 @@ host: run it alone.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import math
@@ -78,6 +79,7 @@ HELD_OUT_DIGITS = 300
 PERMUTATION_SEED = 1234  # the train/validation split of digits: fixed, not the run's seed
 
 
+@functools.cache  # evaluated at every checkpoint: load each example once per process
 def _example(name: str):
     path = ROOT / "examples" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"shoal_example_{name}", path)
@@ -86,6 +88,7 @@ def _example(name: str):
     return module
 
 
+@functools.cache
 def _digits_split():
     digits = _example("digits")
     x, y = digits.load_digits()
