@@ -191,3 +191,11 @@ def test_heldout_bench_smoke(capsys):
     held = [r for r in rows if "config" in r]
     assert {r["split"] for r in held} == {"size", "kind"}
     assert all(r["predicted_s"] > 0 for r in held)
+
+
+def test_select_bench_smoke(capsys):
+    # the earlier smooth-max model, rebuilt as a candidate, scores as it did when it shipped
+    bench = Path(__file__).parents[3] / "bench" / "transient_select.py"
+    runpy.run_path(str(bench))["main"](True, ["smooth-max"], quick=True)
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["in_sample"] == {"mean_abs_error_pct": 1.53, "within_1sd": 23, "multi_run": 32}
