@@ -53,7 +53,7 @@ PROXY_WORKLOAD = "ResNet-18 (batch size 128)"
 @dataclass(frozen=True)
 class PSModel:
     compute_s: dict[str, float] = field(hash=False)  # per GPU kind, seconds per step
-    latency_s: float  # transfer of one step's pull + push through one parameter server
+    latency_s: float  # one step's pull + push (and its handling) through one server
     ps_service_s: float  # time one update occupies one parameter server
     service_sd_s: float  # spread of that time from update to update
     cycle_sd_s: float  # spread of one worker's cycle: how irregularly its updates arrive
