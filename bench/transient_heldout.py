@@ -42,7 +42,8 @@ def main(replays: int, as_json: bool) -> None:
             "compute_ms": {k: round(v * 1000, 2) for k, v in sorted(model.compute_s.items())},
             "latency_ms": round(model.latency_s * 1000, 2),
             "ps_service_ms": round(model.ps_service_s * 1000, 2),
-            "jitter_ms": round(model.jitter_s * 1000, 2),
+            "service_sd_ms": round(model.service_sd_s * 1000, 2),
+            "cycle_sd_ms": round(model.cycle_sd_s * 1000, 2),
             "local_update_ms": round(model.local_update_s * 1000, 2),
         }
         fitted = [m.name for m in split.fit_rows]

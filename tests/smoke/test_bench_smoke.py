@@ -30,6 +30,7 @@ def _positive(x) -> bool:
 RUN_ELSEWHERE = {
     "soak.py": "tests/dist/test_soak.py",
     "transient_heldout.py": "tests/unit/sim/test_transient_model.py",
+    "transient_select.py": "tests/unit/sim/test_transient_model.py",
     "slowlink_train.py": "tests/dist/test_testbed.py",
 }
 

@@ -4,14 +4,24 @@ Each worker loops: pull the parameters, compute a gradient, push it. Its unloade
 
     T0_i = compute_s[kind_i] + latency_s / P
 
-(the transfer latency is split over the P parameter servers, each holding 1/P of the model).
-The parameter servers must also serve every update: one update occupies them for
-`ps_service_s / P`, so N workers cannot cycle faster than once per N * ps_service_s / P. The
-cycle is the smooth maximum of the two, softened by the step-time jitter (s) of the N updates
-the servers see per cycle, which adds up as sigma * sqrt(N):
+(the transfer, and an update's own handling, split over the P parameter servers, each holding
+1/P of the model). The servers must also take every update, one at a time: an update occupies
+them D = ps_service_s / P, so the N workers queue there. The queue is a closed loop (a worker
+pushes again only after its last update was applied), and its wait comes from Kingman's
+heavy-traffic formula for a single server fed by the N workers' streams:
 
-    e = the excess with S_P * sum_i 1 / (T0_i + e) = 1   (homogeneous: e = N * S_P - T0)
-    T_i = T0_i + e / 2 + sqrt(e^2 / 4 + jitter_s^2 * N)
+    w = D * rho / (1 - rho) * (service_sd_s^2 / D^2 + c_a^2) / 2,   T_i = T0_i + w,
+    rho = D * sum_i 1 / T_i   (the servers' utilisation),
+    c_a^2 = sum_i (cycle_sd_s / T_i)^2 / T_i / sum_i 1 / T_i   (the merged arrivals' burstiness)
+
+solved for the one wait w every worker sees (the servers are shared, whatever the kind). Far
+below the servers' bound w is small; near it the wait grows until rho < 1 holds, so N workers
+never step faster than the servers take updates (N * D per cycle). Two spreads shape the knee:
+how much an update's handling varies (service_sd_s) and how irregularly a worker's cycle
+brings it back (cycle_sd_s); a worker with a long cycle (a K80) arrives regularly and queues
+little, a fast one (a V100) arrives in bursts. Every update visits all P servers at once
+(a fork-join); with the servers handling the same stream of updates their queues move
+together, so they are taken as one queue of service D.
 
 With no parameter server (one worker updating its own parameters, the paper's single-GPU runs)
 the step is compute_s + local_update_s. This is why a V100 is far less than its compute ratio
@@ -19,7 +29,8 @@ faster than a K80 here: its compute is short, so the servers' share of the cycle
 and a few V100s already saturate one server.
 
 Every parameter comes from `fit`, a least-squares fit of log durations to measured runs
-(`shoal.sim.transient_data`); nothing is taken from the paper's text. A kind with no fitted
+(`shoal.sim.transient_data`); nothing is taken from the paper's text. The structure was chosen
+by cross-validation inside the fit data (docs/notes/transient-model.md). A kind with no fitted
 compute time gets one from the device table: its position between the fitted kinds on Gavel's
 measured steps/s of ResNet-18 at batch 128, the workload nearest to the paper's ResNet-32.
 """
@@ -27,7 +38,8 @@ measured steps/s of ResNet-18 at batch 128, the workload nearest to the paper's 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from shoal.errors import UserError
@@ -41,13 +53,15 @@ PROXY_WORKLOAD = "ResNet-18 (batch size 128)"
 @dataclass(frozen=True)
 class PSModel:
     compute_s: dict[str, float] = field(hash=False)  # per GPU kind, seconds per step
-    latency_s: float  # transfer of one step's pull + push through one parameter server
+    latency_s: float  # one step's pull + push (and its handling) through one server
     ps_service_s: float  # time one update occupies one parameter server
-    jitter_s: float  # step-time jitter that softens the saturation knee
+    service_sd_s: float  # spread of that time from update to update
+    cycle_sd_s: float  # spread of one worker's cycle: how irregularly its updates arrive
     local_update_s: float  # a lone worker applying its own update (no parameter server)
 
     def __post_init__(self) -> None:
-        values = [*self.compute_s.values(), self.latency_s, self.ps_service_s, self.jitter_s]
+        values = [*self.compute_s.values(), self.latency_s, self.ps_service_s]
+        values += [self.service_sd_s, self.cycle_sd_s]
         if min(values + [self.local_update_s]) < 0 or min(self.compute_s.values()) <= 0:
             raise ValueError("PS model times must be >= 0 (compute > 0)")
 
@@ -69,9 +83,30 @@ class PSModel:
                 raise UserError("more than one worker needs a parameter server")
             return [self.compute(kinds[0]) + self.local_update_s]
         base = [self.compute(k) + self.latency_s / num_ps for k in kinds]
-        excess = _excess(base, self.ps_service_s / num_ps)
-        wait = excess / 2 + math.sqrt(excess**2 / 4 + self.jitter_s**2 * len(kinds))
+        wait = self.queue_wait_s(base, num_ps)
         return [t + wait for t in base]
+
+    def queue_wait_s(self, base: Sequence[float], num_ps: int) -> float:
+        """The wait w at the servers of workers with unloaded cycles `base` (module docstring)."""
+        groups = sorted(Counter(base).items())  # one term per distinct cycle, not per worker
+        service = self.ps_service_s / num_ps
+        if service == 0:
+            return 0.0
+
+        def gap(w: float) -> float:
+            # (1 - rho) * (w - Kingman's wait at w): finite where rho >= 1 and negative there
+            # (no wait keeps up: the max() keeps it < 0 at w = 0), increasing above the w where
+            # rho = 1, so the root is unique
+            rate = sum(n / (t + w) for t, n in groups)
+            rho = service * rate
+            bursts = sum(n * self.cycle_sd_s**2 / (t + w) ** 3 for t, n in groups) / rate
+            scv = (self.service_sd_s / service) ** 2 + bursts
+            return (1 - rho) * (w if rho < 1 else max(w, service)) - service * rho * scv / 2
+
+        lo, hi = 0.0, service * (len(base) + 1)
+        while gap(hi) <= 0:
+            hi *= 2
+        return _root(gap, lo, hi)
 
     def steps_per_s(self, kinds: Sequence[str], num_ps: int) -> float:
         return sum(1.0 / t for t in self.step_times_s(kinds, num_ps))
@@ -103,18 +138,26 @@ class PSModel:
         return replace(self, compute_s={**self.compute_s, kind: value})
 
 
-def _excess(base: list[float], service_s: float) -> float:
-    """e with service_s * sum(1 / (b + e)) = 1: the servers' overload per cycle (may be < 0)."""
-    if max(base) == min(base):  # one kind: closed form
-        return len(base) * service_s - base[0]
-    lo, hi = -min(base) * (1 - 1e-12), len(base) * service_s
-    for _ in range(60):  # bisection on a decreasing function
-        mid = 0.5 * (lo + hi)
-        if service_s * sum(1.0 / (b + mid) for b in base) > 1.0:
-            lo = mid
+def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
+    """The root of increasing `f` with f(lo) <= 0 < f(hi): regula falsi, Illinois variant."""
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo == 0:
+        return lo
+    side = 0
+    for _ in range(200):
+        mid = (lo * f_hi - hi * f_lo) / (f_hi - f_lo)
+        f_mid = f(mid)
+        if f_mid <= 0:
+            lo, f_lo = mid, f_mid
+            f_hi = f_hi / 2 if side == -1 else f_hi  # the same end twice: halve the other
+            side = -1
         else:
-            hi = mid
-    return 0.5 * (lo + hi)
+            hi, f_hi = mid, f_mid
+            f_lo = f_lo / 2 if side == 1 else f_lo
+            side = 1
+        if hi - lo <= 1e-13 * (1 + hi) or f_mid == 0:
+            break
+    return mid
 
 
 def fit(rows: Sequence[Measurement]) -> PSModel:
@@ -133,13 +176,14 @@ def fit(rows: Sequence[Measurement]) -> PSModel:
         return [math.log(m.duration_s(r) / r.mean_s) for r in rows]
 
     # start from each kind's measured seconds per step per worker
-    start = [
+    compute = [
         0.9 * min(r.mean_s * r.num_workers / TOTAL_STEPS for r in rows if r.kind == k)
         for k in kinds
     ]
-    start += [0.02, 0.02, 0.01, 0.02 if lone else 0.0]
-    upper = [10.0] * len(kinds) + [1.0, 1.0, 1.0, 1.0 if lone else 1e-12]
-    result = least_squares(residuals, start, bounds=([1e-6] * len(kinds) + [0.0] * 4, upper))
-    fitted = model(result.x)
+    lower = [1e-6] * len(kinds) + [0.0] * 5
+    upper = [10.0] * len(kinds) + [1.0] * 4 + [1.0 if lone else 1e-12]
+    # from several starts (latency 0, 20 and 50 ms) the fits of every split agree
+    start = compute + [0.02, 0.02, 0.01, 0.015, 0.02 if lone else 0.0]
+    fitted = model(least_squares(residuals, start, bounds=(lower, upper)).x)
     # with no lone-worker row the local update is not identified: say so with an exact 0
     return fitted if lone else replace(fitted, local_update_s=0.0)

@@ -4,11 +4,12 @@ held-out ones.
 Inputs: the paper's per-run durations (`shoal.sim.transient_data`), the measured VM lifetimes
 and the device table (only to place a kind the fit never saw). Targets: each held-out
 configuration's measured mean +- 1 sample sd over its runs.
-- size split (fit on 1/2/4 workers, predict 8): 8-K80 on-demand, 8-K80 spot without and with
-  revocations, 8 V100 with 2 PS land within 1 sd. Two known misses, kept visible: 8 V100 on
-  1 PS (+6.7 %, z = 1.6: 2 and 4 workers do not show how deep one server saturates) and 8 K80
-  on 2 PS (-2.3 %, z = -2.5: the 2-PS K80 series drops 3 % from 7 to 8 workers, which no
-  term fitted at 2 and 4 workers foresees). Every held-out row is within 7 %.
+- size split (fit on 1/2/4 workers, predict 8): 8 V100 on 1 and on 2 PS, 8-K80 spot without
+  and with revocations land within 1 sd. Two known misses, kept visible: 8 K80 on 2 PS
+  (-2.2 %, z = -2.3: the 2-PS K80 series is flat from 2 to 7 workers and drops 3 % at 8, which
+  no term fitted at 2 and 4 workers foresees) and, by a hair, 8 on-demand K80 (-1.2 %,
+  z = -1.1; that campaign runs ~1.5 % slower than the spot one at every size). Every held-out
+  row is within 5 %.
 - kind split (fit on K80 and V100, predict P100 placed by Gavel's speeds): both P100 rows
   within 1 sd.
 """
@@ -60,10 +61,10 @@ def test_size_split_predicts_eight_workers():
     assert {m.num_workers for m in split.fit_rows} == {1, 2, 4}
     preds = {p.name: p for p in predict(split, spot_replays=300, seed=3)}
     within = {n for n, p in preds.items() if p.within_one_sd}
-    assert within >= {"8-demand", "8-spot-r0", "8-spot (revocations)", "2ps8v"}, preds
-    assert {n for n, p in preds.items() if p.within_one_sd is False} == {"1ps8v", "2ps8k"}
+    assert within >= {"1ps8v", "2ps8v", "8-spot-r0", "8-spot (revocations)"}, preds
+    assert {n for n, p in preds.items() if p.within_one_sd is False} == {"2ps8k", "8-demand"}
     for p in preds.values():
-        assert abs(p.predicted_s / p.measured_mean_s - 1) < 0.07, p
+        assert abs(p.predicted_s / p.measured_mean_s - 1) < 0.05, p
 
 
 def test_kind_split_predicts_p100_from_k80_and_v100():
@@ -92,6 +93,20 @@ def test_mixed_cluster_shares_the_servers(full_model):
     assert mixed[0] > m.step_times_s(["k80", "k80"], 1)[0]
     # no cluster steps faster than one server can take updates, bar the jitter smoothing
     assert m.steps_per_s(["v100"] * 64, 1) < 1 / m.ps_service_s
+
+
+def test_queue_wait_is_kingmans_and_a_hard_max_without_spread(full_model):
+    m = full_model
+    base = [m.compute("v100") + m.latency_s] * 6
+    w = m.queue_wait_s(base, 1)
+    d, t = m.ps_service_s, base[0] + w
+    rho = len(base) * d / t
+    scv = (m.service_sd_s / d) ** 2 + (m.cycle_sd_s / t) ** 2
+    assert 0 < rho < 1 and w == pytest.approx(d * rho / (1 - rho) * scv / 2, rel=1e-9)
+    # with no spread the wait is 0 below the servers' bound and exactly the excess above it
+    sharp = replace(m, service_sd_s=0.0, cycle_sd_s=0.0)
+    assert sharp.queue_wait_s(base[:2], 1) == 0.0
+    assert sharp.queue_wait_s(base, 1) == pytest.approx(6 * d - base[0], rel=1e-9)
 
 
 @pytest.mark.parametrize("workers", [2, 4, 8])
@@ -176,3 +191,11 @@ def test_heldout_bench_smoke(capsys):
     held = [r for r in rows if "config" in r]
     assert {r["split"] for r in held} == {"size", "kind"}
     assert all(r["predicted_s"] > 0 for r in held)
+
+
+def test_select_bench_smoke(capsys):
+    # the earlier smooth-max model, rebuilt as a candidate, scores as it did when it shipped
+    bench = Path(__file__).parents[3] / "bench" / "transient_select.py"
+    runpy.run_path(str(bench))["main"](True, ["smooth-max"], quick=True)
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["in_sample"] == {"mean_abs_error_pct": 1.53, "within_1sd": 23, "multi_run": 32}
