@@ -24,12 +24,11 @@ q = g / s the mean gradient:
 The state is torch's own (`momentum_buffer`; `step`, `exp_avg`, `exp_avg_sq`: same keys,
 shapes, dtypes) plus `last_step`, the tensor step at which each entry last changed (fp32,
 exact below 2**24 steps), and for SGD a `step` count like Adam's, in the wrapped optimizer's
-`state`: checkpoints, peer transfer and
-state digests carry it. When every entry was touched (keep ratio 1: one site, or the top rung
-of `--compress auto`) the lazy step is the dense one, so it calls the optimizer's own
-`step()`: bitwise the dense run. Elementwise arithmetic in a fixed index order:
-deterministic. The step runs where the parameters are (the fp32 master weights; on the CPU
-workers, the CPU). Amsgrad, a parameter that is not fp32 or an optimizer other than
+`state`: checkpoints, peer transfer and state digests carry it. While every entry is touched
+every step (keep ratio 1: one site) the lazy step is the dense one, so it calls the
+optimizer's own `step()`: bitwise the dense run. Elementwise arithmetic in a fixed index
+order: deterministic. The step runs where the parameters are (the fp32 master weights; on
+the CPU workers, the CPU). Amsgrad, a parameter that is not fp32 or an optimizer other than
 SGD/Adam/AdamW is not supported (`supports`: the trainer then warns and keeps the dense step).
 """
 
@@ -68,10 +67,15 @@ class LazyStep:
     @torch.no_grad()
     def step(self, touched: torch.Tensor | None) -> None:
         """One step; `touched`: a flat bool mask over `params` (None: every entry)."""
-        if touched is None or bool(touched.all()):
-            self.optimizer.step()  # nothing to skip: the optimizer's own (dense) arithmetic
-            self._all_changed()
+        # until a step is lazy every gap is 1, and with every entry touched the lazy step is
+        # the dense one: the optimizer's own arithmetic (a keep-1 exchange later still
+        # carries gaps > 1, the residuals flushed into it, so it stays lazy)
+        was_lazy = any("last_step" in self.optimizer.state.get(p, {}) for p in self.params)
+        if not was_lazy and (touched is None or bool(touched.all())):
+            self.optimizer.step()
             return
+        if touched is None:
+            touched = torch.ones(sum(p.numel() for p in self.params), dtype=torch.bool)
         offset = 0
         for p in self.params:
             n = p.numel()
@@ -81,15 +85,6 @@ class LazyStep:
                 step = self._adam if self.adam else self._sgd
                 step(p, mask.nonzero().flatten(), self.group_of[id(p)])
         assert offset == touched.numel(), "the mask covers exactly the exchanged parameters"
-
-    def _all_changed(self) -> None:
-        """After a dense step every entry changed at the tensor's (new) step."""
-        for p in self.params:
-            state = self.optimizer.state.get(p, {})
-            if "last_step" in state:
-                if not self.adam:  # torch's SGD keeps no step: ours counts it
-                    state["step"] += 1
-                state["last_step"].fill_(float(state["step"]))
 
     def _tick(self, p: torch.nn.Parameter) -> float:
         """The tensor's step count, advanced: every tensor sends k >= 1 entries a step. A
