@@ -12,7 +12,7 @@ import torch
 from shoal.config import SlowLinkConfig
 from shoal.control.bandwidth import entries
 from shoal.errors import UserError
-from shoal.runtime.compress import ErrorFeedback, merge, unpack
+from shoal.runtime.compress import ErrorFeedback, unpack
 from shoal.runtime.sparse_optim import LazyStep, lazy_step, supports
 
 OPTIMIZERS = {
@@ -163,10 +163,12 @@ def _transformer_loss(kind, keep=0.05, steps=110, batch=32, lr=3e-3):
         for i, p in enumerate(params):
             n, k = p.numel(), entries(p.numel(), keep)
             messages = [fb.compress(str(i), g[i]) for fb, g in zip(sites, grads, strict=True)]
-            p.grad = merge(messages, n, k).view_as(p)
-            mask = torch.zeros(n, dtype=torch.bool)
-            for m in messages:
-                mask[unpack(m, n, k)[1]] = True
+            merged, mask = torch.zeros(n), torch.zeros(n, dtype=torch.bool)
+            for m in messages:  # compress.merge's sum, and the union of the indices
+                values, idx = unpack(m, n, k)
+                merged.index_add_(0, idx, values)
+                mask[idx] = True
+            p.grad = (merged / len(messages)).view_as(p)
             touched.append(mask)
         lazy.step(torch.cat(touched)) if lazy else opt.step()
     x = data.inputs[:512]
