@@ -419,6 +419,16 @@ class SlowLinkConfig:
             metavar="MODE",
         ),
     )
+    sparse_optim: str = field(
+        default="lazy",
+        metadata=_flag(
+            "--sparse-optim",
+            "with --compress: lazy (only the entries the merged update touched change, their "
+            "optimizer state too; SGD, Adam, AdamW) or dense (the job's optimizer as it is); "
+            "default lazy",
+            metavar="KIND",
+        ),
+    )
 
     local_steps: int | None = field(
         default=None,
@@ -460,6 +470,8 @@ class SlowLinkConfig:
             raise UserError(
                 f"--compress must be none, topk:KEEP, blocktopk:KEEP or auto, got {self.compress!r}"
             )
+        if self.sparse_optim not in ("lazy", "dense"):
+            raise UserError(f"--sparse-optim must be lazy or dense, got {self.sparse_optim!r}")
         if self.sites is not None:
             _check_sites(self.sites)
         # local-update mode: the same words as control.bandwidth.validate_slow_link

@@ -120,6 +120,9 @@ class SiteExchange:
         self.controller = BandwidthController(self.sizes, 1) if self.mode == "auto" else None
         self.overhead_s = 0.0  # the last agreement gather's time: the next fixed-cost sample
         self.record: dict | None = None  # the last exchange's link figures (step lines)
+        # entries the last merged update touched, flat bool (None: every entry): the lazy
+        # optimizer step changes only these (sparse_optim.py)
+        self.touched: torch.Tensor | None = None
         self.regroup(Group(0, 0, 1, ("w0",), ("native",), (1.0,)))
 
     def regroup(self, group: Group) -> None:
@@ -227,6 +230,7 @@ class SiteExchange:
         """Sum of the sites' shares as sent, in site order (each is already divided by M)."""
         dense = torch.zeros(sum(self.sizes), dtype=torch.float32, device=device)
         offset, at = 0, 0
+        self.touched = None if keep >= 1.0 else torch.zeros_like(dense, dtype=torch.bool)
         for n, nbytes in zip(self.sizes, self._sizes(keep), strict=True):
             out = dense[offset : offset + n]
             for i, payload in enumerate(payloads):
@@ -237,6 +241,7 @@ class SiteExchange:
                 else:
                     values, idx = unpack(part, n, entries(n, keep))
                     out.index_add_(0, idx, values)
+                    self.touched[offset + idx] = True
             offset, at = offset + n, at + nbytes
         return dense
 

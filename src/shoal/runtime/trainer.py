@@ -47,6 +47,7 @@ from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
 from shoal.runtime.sites import SiteExchange
+from shoal.runtime.sparse_optim import lazy_step
 
 
 def seed_everything(seed: int) -> None:
@@ -137,6 +138,7 @@ class Trainer:
         compressing = link is not None and link.compress != "none"
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.exchange = SiteExchange(trainable, link) if compressing else None  # sites.py
+        self.lazy = lazy_step(self.optimizer, trainable, link) if compressing else None
         self.order = DataOrder(len(job.dataset), job.micro_batch_size, job.seed, job.shuffle)
         self.read_samples = batch_reader(job.dataset, job.collate_fn)
         self.step, self.samples_seen = 0, 0
@@ -231,14 +233,18 @@ class Trainer:
         """The optimizer's step at the policy's learning-rate factor for this step's batch;
         the groups' own rates are put back after it, so the scheduler sees only its own."""
         factor = self.batch.lr_factor(batch, self._cap())
+        if self.lazy is not None:  # --compress: only the entries the merged update touched
+            step = lambda: self.lazy.step(self.exchange.touched)  # noqa: E731
+        else:
+            step = self.optimizer.step
         if factor == 1.0:
-            self.optimizer.step()
+            step()
         else:
             rates = [group["lr"] for group in self.optimizer.param_groups]
             for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
                 group["lr"] = lr * factor
             try:
-                self.optimizer.step()
+                step()
             finally:
                 for group, lr in zip(self.optimizer.param_groups, rates, strict=True):
                     group["lr"] = lr
