@@ -213,3 +213,27 @@ def test_restart_recovery_resumes_every_worker_from_the_checkpoint(tmp_path):
     assert f"state at step {ckpt} from local" in logs  # the new workers loaded the checkpoint
     assert result["cost"]["revocations"] == 1
     assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_resume_continues_the_ledger(tmp_path):
+    """`--resume` of a provider run: the cost so far is carried from the first attempt's lease
+    lines, the new servers are numbered after the old ones (none billed twice), the clock goes
+    on from where the first attempt ended, and the state is the uninterrupted run's."""
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "p100,k80", "--time-scale", "5", "--startup", "2",
+             "--checkpoint-every", "10"]  # fmt: skip
+    env = {"SHOAL_EMULATED_HOST_S": "0.03"}
+    first = shoal_run(out, "p100,k80:spot", 20, *flags, env=env)
+    before = leases(out)
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, "--resume", str(out), env=env)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    servers = [x["server"] for x in lines if x["action"] == "open"]
+    assert len(servers) == 4 == len(set(servers))  # two per attempt, each billed once
+    assert sorted(x["server"] for x in lines if x["action"] == "close") == sorted(servers)
+    end_first = max(x["t_s"] for x in before)
+    assert all(x["t_s"] >= end_first for x in lines[len(before) :])  # the clock goes on
+    assert result["cost"]["usd"] > first["cost"]["usd"]
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+    assert sum(result["cost"]["by_tier"].values()) == pytest.approx(result["cost"]["usd"])

@@ -533,7 +533,8 @@ class Driver:
         if self.restart_from and (rec.wall_time_s or 0.0) >= self.restart_from[1]:
             self._restarted(rec)
         if rec.wall_time_s is not None and self.started is not None:
-            self.last_step_s = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
+            since = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
+            self.last_step_s = self.offset_s + since
         shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
         slow = self.speeds.slowdown
         if shares:
