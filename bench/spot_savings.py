@@ -173,11 +173,14 @@ def live_row(side: str, seed: int, out: pathlib.Path, result: dict, ref: str | N
     recovers = [r for r in rows if r["kind"] == "membership" and r["event"] == "recover"]
     lost = sum(r.get("lost_steps") or 0 for r in recovers)
     revocations = result["cost"]["revocations"]
+    # a restart's revocation of a server still booting stops nothing: lost work per restart too
+    restarts = sum((r.get("detail") or "").startswith("restart") for r in recovers)
     return {
         "side": side, "seed": seed, "live": True,
         "time_s": costs[-1]["t_s"], "cost_usd": result["cost"]["usd"],
         "revocations": revocations, "lost_steps": lost,
         "lost_steps_per_revocation": lost / revocations if revocations else None,
+        "restarts": restarts, "lost_steps_per_restart": lost / restarts if restarts else None,
         "workers": sorted({r["worker"] for r in rows if r["kind"] == "lease" and r["worker"]}),
         "state_sha256": result["state_sha256"],
         "same_state_as_fixed_run": None if ref is None else result["state_sha256"] == ref,
@@ -260,6 +263,9 @@ def summarise(args, rows: list[dict], ref: str | None) -> dict:
         "restart_revocations": rs_rev,
         "restart_lost_steps_per_revocation":
             sum(r["lost_steps"] for r in restart) / rs_rev if rs_rev else None,
+        "restart_restarts": sum(r["restarts"] for r in restart),
+        "restart_lost_steps_per_restart": sum(r["lost_steps"] for r in restart)
+        / max(1, sum(r["restarts"] for r in restart)) if restart else None,
         "restart_met_deadline": sum(r["time_s"] <= deadline_s(args.deadline) for r in restart),
         "restart_cost_vs_scaler": mean(r["cost_usd"] for r in restart) / sc_cost
         if restart and sc_cost else None,
