@@ -318,6 +318,16 @@ class ProviderConfig:
         default=0,
         metadata=_flag("--provider-seed", "seed of the revocations (default 0)", metavar="N"),
     )
+    recovery: str = field(
+        default="peers",
+        metadata=_flag(
+            "--recovery",
+            "after a revocation: peers (the survivors go on, shoal's own) or restart (every "
+            "worker stops and the job restarts on fresh servers from the last durable "
+            "checkpoint, as SkyPilot's managed spot does)",
+            choices=("peers", "restart"),
+        ),
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "quota", tuple(self.quota))
@@ -338,6 +348,10 @@ class ProviderConfig:
             raise UserError("--deadline and --budget are the scaler's goal: add --autoscale")
         if not self.time_scale > 0 or math.isinf(self.time_scale):
             raise UserError(f"--time-scale must be > 0, got {self.time_scale}")
+        if self.recovery not in ("peers", "restart"):
+            raise UserError(f"--recovery must be peers or restart, got {self.recovery!r}")
+        if self.recovery == "restart" and self.autoscale:
+            raise UserError("--recovery restart holds the --workers mix: drop --autoscale")
         _at_least(self.max_servers, 1, "--max-servers")
         _at_least(self.startup_s, 0, "--startup")
         if not self.scale_every_s > 0:

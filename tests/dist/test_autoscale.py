@@ -181,3 +181,59 @@ def test_every_spot_server_revoked_at_once_resumes_from_checkpoint(tmp_path):
     logs = "".join(p.read_text() for p in (out / "logs" / "attempt-1").glob("w*.log"))
     resumed = re.search(r"state at step (\d+) from local", logs)  # the first new worker's
     assert resumed and int(resumed[1]) > 0  # from the checkpoint, not a fresh start
+
+
+def test_restart_recovery_resumes_every_worker_from_the_checkpoint(tmp_path):
+    """`--recovery restart` (SkyPilot's managed spot): the k80's revocation stops both workers
+    and releases both servers; two fresh servers boot and the job goes on from the durable
+    checkpoint. Same state as the fixed run, the lost steps recorded, the ledger its lines."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("k80,3\nk80,100000\n")
+    requests = [("p100", "on_demand", 0), ("k80", "spot", 0)] * 2
+    seed = seed_for(trace, requests, {1}, startup_s=2.0)
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "p100,k80", "--spot-trace", str(trace),
+             "--provider-seed", str(seed), "--time-scale", "5", "--startup", "2",
+             "--recovery", "restart", "--checkpoint-every", "2"]  # fmt: skip
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, env={"SHOAL_EMULATED_HOST_S": "0.03"})
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    closes = [(x["device"], x["cause"]) for x in lines if x["action"] == "close"]
+    assert closes[:2] == [("k80", "revoked"), ("p100", "released")]  # the whole job stops
+    assert len([x for x in lines if x["action"] == "open"]) == 4  # and boots two new servers
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    assert not any(e["event"] == "notice" for e in events)  # a restart takes no notice
+    # (a replacement whose process starts later joins the restarted group as a newcomer)
+    recovers = [e for e in events if e["event"] == "recover" and "restart" in e["detail"]]
+    assert len(recovers) == 1
+    failed = [e["step"] for e in events if e["event"] == "fail"]  # steps done at the stop
+    ckpt = recovers[0]["step"]
+    assert ckpt % 2 == 0 and recovers[0]["lost_steps"] == failed[0] + 1 - ckpt
+    logs = "".join(p.read_text() for p in (out / "logs" / "attempt-1").glob("w[23].log"))
+    assert f"state at step {ckpt} from local" in logs  # the new workers loaded the checkpoint
+    assert result["cost"]["revocations"] == 1
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+
+
+@pytest.mark.slow
+def test_resume_continues_the_ledger(tmp_path):
+    """`--resume` of a provider run: the cost so far is carried from the first attempt's lease
+    lines, the new servers are numbered after the old ones (none billed twice), the clock goes
+    on from where the first attempt ended, and the state is the uninterrupted run's."""
+    out = tmp_path / "run"
+    flags = ["--provider", "local", "--kinds", "p100,k80", "--time-scale", "5", "--startup", "2",
+             "--checkpoint-every", "10"]  # fmt: skip
+    env = {"SHOAL_EMULATED_HOST_S": "0.03"}
+    first = shoal_run(out, "p100,k80:spot", 20, *flags, env=env)
+    before = leases(out)
+    result = shoal_run(out, "p100,k80:spot", 30, *flags, "--resume", str(out), env=env)
+    assert result["state_sha256"] == DIGEST_30
+    lines = leases(out)
+    servers = [x["server"] for x in lines if x["action"] == "open"]
+    assert len(servers) == 4 == len(set(servers))  # two per attempt, each billed once
+    assert sorted(x["server"] for x in lines if x["action"] == "close") == sorted(servers)
+    end_first = max(x["t_s"] for x in before)
+    assert all(x["t_s"] >= end_first for x in lines[len(before) :])  # the clock goes on
+    assert result["cost"]["usd"] > first["cost"]["usd"]
+    assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
+    assert sum(result["cost"]["by_tier"].values()) == pytest.approx(result["cost"]["usd"])

@@ -165,6 +165,11 @@ class EmulatedProvider:
         self._leases[lease.server] = lease
         return lease
 
+    def continue_numbering(self, servers: int) -> None:
+        """A resumed run's provider: its servers are numbered (and their lifetimes drawn) after
+        the `servers` an earlier attempt requested, so no name is billed twice."""
+        self._count = max(self._count, servers)
+
     def release(self, server: str, now_s: float) -> None:
         """Give `server` back (a revoked one is gone already: releasing it is a no-op)."""
         self._leases.pop(server, None)

@@ -39,7 +39,7 @@ import statistics
 import time
 from collections import deque
 
-from shoal.cluster.ledger import CostLedger
+from shoal.cluster.ledger import Carried, CostLedger, carry_over
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.cluster.revocation import load_gce_lifetimes
 from shoal.config import ProviderConfig
@@ -54,7 +54,16 @@ from shoal.control.scaler import (
 )
 from shoal.errors import UserError
 from shoal.launcher.events import Event
-from shoal.metrics import RESULT_FILE, CostLine, LeaseLine, MembershipEvent, StepLine
+from shoal.launcher.rundir import checkpoint_dir
+from shoal.metrics import (
+    METRICS_FILE,
+    RESULT_FILE,
+    CostLine,
+    LeaseLine,
+    MembershipEvent,
+    StepLine,
+)
+from shoal.runtime.checkpoint import latest_checkpoint_step
 from shoal.runtime.outputs import append_line
 from shoal.sim.scenario import Scenario, kind_slowdowns
 
@@ -121,9 +130,6 @@ class Driver:
         self.noticed: set[str] = set()
         self.leaving: set[str] = set()  # servers whose worker was asked to leave
         self.stragglers: dict[str, float] = {}  # worker -> wall time its server was released
-        self.by_kind: dict[str, float] = {}
-        self.by_tier: dict[str, float] = {}
-        self.revocations = 0
         self.want = dict(self._initial_counts())  # (kind, tier) -> servers held
         self.scaler = (
             Scaler(goal_of(self.cfg), self.cfg.max_servers) if self.cfg.autoscale else None
@@ -139,13 +145,35 @@ class Driver:
         self.started: float | None = None  # wall time the emulated clock started
         self.last_step_s: float | None = None  # emulated time the last step line was written
         self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
+        self.alone_since_s: float | None = None  # emulated time the last worker went
+        self.restarts = self.cfg.recovery == "restart"
+        # --recovery restart: (steps done, wall time since t0, the checkpoint's step) when
+        # every worker was stopped, until the restarted group's first step line
+        self.restart_from: tuple[int, float, int] | None = None
+        self.carried = self._carry() if spec.config.resume else Carried()
+        self.offset_s = self.carried.end_s  # a resumed run's clock goes on from the last one
+        self.revocations = self.carried.revocations
+        self.by_kind: dict[str, float] = dict(self.carried.usd_by_kind)
+        self.by_tier: dict[str, float] = dict(self.carried.usd_by_tier)
+        for kind, usd in self.carried.usd_by_kind.items():
+            self.ledger.charge(kind, usd)
+        self.provider.continue_numbering(self.carried.servers)
+
+    def _carry(self) -> Carried:
+        """--resume: the earlier attempts' lease and cost records, so the ledger goes on."""
+        path = pathlib.Path(self.spec.config.out) / METRICS_FILE
+        text = path.read_text() if path.is_file() else ""
+        rows = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+        leases = [r for r in rows if r.get("kind") == "lease"]
+        return carry_over(leases, [r["t_s"] for r in rows if r.get("kind") == "cost"])
 
     def now(self) -> float:
         """Emulated seconds since the first group formed (0 before): a local worker's process
         start-up (importing torch) is an artefact of the emulation, not a boot (`--startup`)."""
         if self.started is None and self.ctl.members:
             self.started = time.time()
-        return 0.0 if self.started is None else (time.time() - self.started) * self.scale
+        since = 0.0 if self.started is None else (time.time() - self.started) * self.scale
+        return self.offset_s + since
 
     def _initial_counts(self):
         spec = self.spec
@@ -158,9 +186,15 @@ class Driver:
         """The --workers servers, requested at launch for the workers w0, w1, ... the
         controller starts next (their processes' start-up stands in for the boot)."""
         spec = self.spec
+        for start, usd in self.carried.unclosed:  # a hard-killed attempt's: billed to its end
+            line = LeaseLine(
+                "close", start["server"], start["device"], start["tier"], start["usd_per_hour"],
+                self.carried.end_s, start.get("worker"), "end", usd, time.time() - self.ctl.t0,
+            )  # fmt: skip
+            append_line(self.ctl.metrics, line)
         tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
         for i, (kind, tier) in enumerate(zip(spec.kinds, tiers, strict=True)):
-            lease = self.provider.request(kind, tier, 0.0)
+            lease = self.provider.request(kind, tier, self.offset_s)
             if lease is None:
                 raise UserError(f"--workers: the provider has no {kind}:{tier} capacity at launch")
             self._bind(lease.server, f"w{i}")
@@ -212,6 +246,8 @@ class Driver:
             return  # nothing is decided before the first group trains
         if self.ctl.steps_done >= self.spec.config.steps:
             return  # trained: nothing more to buy while the workers write their results
+        if any(w.state != "gone" for w in self.ctl.workers.values()):
+            self.alone_since_s = None  # the give-up bound counts from the last worker's end
         self._revocations(now)
         self._departures(now)
         measured = len(self.overhead) >= MEASURED or not self.ctl.members
@@ -227,9 +263,17 @@ class Driver:
 
     def _revocations(self, now: float) -> None:
         for server, lease in list(self.leases.items()):
+            if server not in self.leases:
+                continue  # released by a restart earlier in this loop
             wid, state = self.worker_of.get(server), self._state(server)
+            if self.restarts and now >= lease.revoke_at_s:
+                self._restart(server, now)
+                continue
             warn_at = lease.revoke_at_s - (lease.notice_s or 0.0)
-            if lease.notice_s is not None and now >= warn_at and server not in self.noticed:
+            # restart ignores the notice: the job is stopped at the revocation, as a managed
+            # spot job is when its cluster is preempted
+            noticed = server in self.noticed or self.restarts
+            if lease.notice_s is not None and now >= warn_at and not noticed:
                 self.noticed.add(server)
                 if state in ("member", "leaving") and server not in self.leaving:
                     deadline = lease.notice_s / self.scale
@@ -244,6 +288,47 @@ class Driver:
                 self.revocations += 1
                 self._close(server, lease.revoke_at_s, "revoked")
                 self.redecide = True
+
+    def _restart(self, server: str, now: float) -> None:
+        """--recovery restart (SkyPilot's managed spot): a revocation stops every worker and
+        gives back every server; the held mix is requested again (each replacement pays the
+        start-up) and the new group loads the newest durable checkpoint. A revocation while
+        the replacements boot only replaces that server: nothing trains to be stopped."""
+        training = any(self._state(s) in ("member", "leaving") for s in self.leases)
+        victims = [server] + ([s for s in self.leases if s != server] if training else [])
+        if training and self.restart_from is None:
+            # the step the new group will load: the newest durable checkpoint now (the
+            # killed workers write no more; a redone step is not logged twice, so the step
+            # lines cannot tell it)
+            ckpt = latest_checkpoint_step(checkpoint_dir(self.spec.config)) or 0
+            self.restart_from = (self.ctl.steps_done, time.time() - self.ctl.t0, ckpt)
+        self.ctl.say(
+            f"server {server} revoked: "
+            + ("every worker restarts from the last durable checkpoint" if training else "replaced")
+        )
+        self.revocations += 1
+        for s in victims:
+            if self._state(s) != "gone":
+                self.ctl.pending.append(Event("kill", at_s=0.0, worker=self.worker_of.get(s)))
+            lease = self.leases[s]
+            t_s = lease.revoke_at_s if s == server else now
+            self._close(s, t_s, "revoked" if s == server else "released")
+
+    def _restarted(self, rec: StepLine) -> None:
+        """The first step line after a restart: the recover line, with the steps of work lost
+        (those done since the checkpoint it resumed from, and the one in flight, as a recovery
+        from peers counts its own) and the time from the stop to this line."""
+        steps_then, stopped_at, ckpt = self.restart_from
+        self.restart_from = None
+        lost = max(0, steps_then + 1 - ckpt)
+        first = rec.workers[0] if rec.workers else None
+        line = MembershipEvent(
+            event="recover", worker=first.id if first else "?",
+            device=first.device if first else None, step=ckpt, wall_time_s=rec.wall_time_s,
+            recovery_time_s=rec.wall_time_s - stopped_at, lost_steps=lost,
+            detail=f"restart: every worker from the durable checkpoint of step {ckpt}",
+        )  # fmt: skip
+        append_line(self.ctl.metrics, line)
 
     def admissible(self, wid: str) -> bool:
         """A worker joins once its server is ready: its process starts at the request, so its
@@ -445,8 +530,11 @@ class Driver:
             return
         if not isinstance(rec, StepLine):
             return
+        if self.restart_from and (rec.wall_time_s or 0.0) >= self.restart_from[1]:
+            self._restarted(rec)
         if rec.wall_time_s is not None and self.started is not None:
-            self.last_step_s = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
+            since = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
+            self.last_step_s = self.offset_s + since
         shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
         slow = self.speeds.slowdown
         if shares:
@@ -464,7 +552,9 @@ class Driver:
     def waiting(self) -> bool:
         """Whether the run can still go on with no live worker: servers are booting or being
         requested (every spot server revoked at once), within the give-up bound."""
-        if self.now() > self.gave_up_after_s:
+        now = self.now()
+        self.alone_since_s = now if self.alone_since_s is None else self.alone_since_s
+        if now - self.alone_since_s > self.gave_up_after_s:
             return False
         return bool(self.leases) or any(n > 0 for n in self.want.values())
 

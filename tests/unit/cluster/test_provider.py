@@ -159,3 +159,26 @@ def test_the_shipped_bamboo_trace_loads_as_the_revocation_module_reads_it():
     path = resources.files("shoal.data").joinpath("preemption", "bamboo", "p3-trace.csv")
     (model,) = load_spot_trace(str(path)).values()
     assert model.lifetimes_s == load_bamboo_trace("p3").lifetimes_s
+
+
+def test_recovery_flag_is_checked():
+    """`--recovery restart` holds the --workers mix: with --autoscale, or an unknown strategy,
+    one line (UserError) before anything starts; restart needs --provider like its siblings."""
+    from shoal.config import ProviderConfig
+
+    assert ProviderConfig(name="local", recovery="restart").recovery == "restart"
+    with pytest.raises(UserError, match="drop --autoscale"):
+        ProviderConfig(name="local", recovery="restart", autoscale=True, deadline="1h")
+    with pytest.raises(UserError, match="peers or restart"):
+        ProviderConfig(name="local", recovery="again")
+    with pytest.raises(UserError, match="need --provider"):
+        ProviderConfig(recovery="restart")
+
+
+def test_continue_numbering_skips_earlier_servers():
+    from shoal.cluster.provider import provider_from_config
+    from shoal.config import ProviderConfig
+
+    provider = provider_from_config(ProviderConfig(name="local", kinds="k80"))
+    provider.continue_numbering(5)
+    assert provider.request("k80", "spot", 0.0).server == "k80-spot-5"

@@ -69,3 +69,31 @@ def test_ledger_bills_per_second_and_stops_at_revocation():
     ledger.open("x", "b", 1.0, 10.0)
     with pytest.raises(ValueError):
         ledger.open("x", "b", 1.0, 10.0)
+
+
+def _lease(action, server, t_s, usd=None, cause=None, device="k80", tier="spot", price=0.36):
+    return {"action": action, "server": server, "device": device, "tier": tier,
+            "usd_per_hour": price, "t_s": t_s, "usd": usd, "cause": cause}  # fmt: skip
+
+
+def test_carry_over_continues_an_earlier_attempts_ledger():
+    """A resumed run's ledger: closed leases at what they were billed, a lease its launcher
+    never closed billed to the last time seen (once), revocations counted, numbering after
+    the highest server number, the clock from the last time."""
+    from shoal.cluster.ledger import carry_over
+
+    leases = [
+        _lease("open", "k80-spot-0", 0.0),
+        _lease("open", "p100-od-1", 0.0, device="p100", tier="on_demand", price=1.46),
+        _lease("close", "k80-spot-0", 3600.0, usd=0.36, cause="revoked"),
+        _lease("open", "k80-spot-2", 3600.0),
+    ]
+    carried = carry_over(leases, [7200.0])
+    assert carried.end_s == 7200.0 and carried.servers == 3 and carried.revocations == 1
+    assert carried.usd_by_kind == pytest.approx({"k80": 0.36 + 0.36, "p100": 2 * 1.46})
+    assert carried.usd_by_tier == pytest.approx({"spot": 0.72, "on_demand": 2.92})
+    assert carried.usd == pytest.approx(0.72 + 2.92)
+    assert [(x["server"], round(usd, 6)) for x, usd in carried.unclosed] == [
+        ("p100-od-1", 2.92), ("k80-spot-2", 0.36)
+    ]  # fmt: skip
+    assert carry_over([], []).usd == 0.0 and carry_over([], []).end_s == 0.0
