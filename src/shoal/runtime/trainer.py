@@ -217,6 +217,8 @@ class Trainer:
         if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
             self.reducer.load_state_dict(bounds)
             factor = self.batch.lr_factor(batch, self._cap())
+        elif not outcome.update:  # --pipeline's first step: no earlier gradient to apply yet
+            factor = self.batch.lr_factor(batch, self._cap())
         else:
             factor = self._optimizer_step(batch)
         return self._record(plan, outcome, redone, time.perf_counter() - start, factor, skip)
