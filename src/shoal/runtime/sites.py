@@ -30,6 +30,14 @@ by all leaders (the max of their exchange, compute and fixed-cost times, all-gat
 on in the site broadcast: every worker takes the same decision for the next step. Its state
 is training state too. Its decisions depend on measured times, so a replay gives the same
 digest only with a fixed keep ratio.
+
+`--pipeline` (staleness 1, per step): the step's scalars still cross the sites synchronously
+(its losses, flags and overflow are its own decisions), but its packed messages go out in an
+asynchronous all-gather between the leaders (gloo `async_op`, on a leaders' group of its own
+so the next step's scalars never queue behind them) and are merged at the end of the next
+step, whose update they become (`advance`). The messages not yet applied are each site's
+training state, beside its residuals; a new group, a resume or a rollback gathers them again
+synchronously (docs/consistency.md states the arithmetic and the membership rule).
 """
 
 from __future__ import annotations
