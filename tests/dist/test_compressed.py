@@ -75,6 +75,20 @@ def test_the_pipelined_digests_are_those_of_the_two_worker_runs(tmp_path):
     assert shoal_run(tmp_path / "plain", *two)["state_sha256"] == COMPRESSED_30
 
 
+@pytest.mark.slow
+def test_a_pipelined_joiner_gets_its_sites_pending_messages(tmp_path):
+    """As the joiner test above, with --pipeline: w2 receives site 1's residuals and its
+    messages not yet applied, then leads the site after w1's kill (seen by hand: join at step
+    22, kill at 25, the uninterrupted run's digest)."""
+    args = [*PIPELINED, "--sites", "0/1,2", "--events", "step 1: add k80; step 25: kill 1"]
+    joined = shoal_run(tmp_path / "joined", "v100,k80", PIPE_STEPS, *args, env=PACED)
+    seen = [(r["event"], r["step"]) for r in metrics(tmp_path / "joined") if r["kind"] != "step"]
+    join_step = next(step for event, step in seen if event == "join")
+    if join_step >= 25:
+        pytest.skip(f"the joiner arrived at step {join_step}, after the kill (a loaded host)")
+    assert joined["state_sha256"] == PIPELINED_30
+
+
 def train_on_bed(out, rates_mbit, steps_per_rate, dim=128, batch=128):
     """The transformer example (dim `dim`, global batch `batch`: 8 micro-batches, so the
     compute a dense exchange at 1 Gbit/s hides under) trained with --compress auto by two
