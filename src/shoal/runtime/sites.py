@@ -119,7 +119,7 @@ class SiteExchange:
 
     def __init__(self, params: list[torch.nn.Parameter], link: SlowLinkConfig):
         self.mode, self.fixed_keep = parse_compress(link.compress)
-        self.pipeline = bool(getattr(link, "pipeline", False))  # staleness 1 (see below)
+        self.pipeline = link.pipeline  # staleness 1 (see the module docstring)
         # by site key: the packets the site sent last and whose merge is not applied yet (keep
         # ratio, uint8 payload); training state, kept and handed over with the residuals
         self.pending: dict[str, tuple[float, torch.Tensor]] = {}
