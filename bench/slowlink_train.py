@@ -8,6 +8,8 @@ side trains the same job from the same initial weights and data order:
     powersgd         DDP with torch's PowerSGD comm hook (rank --powersgd-rank)
     shoal-dense      shoal's exact step (one dense exact sum across the sites)
     shoal-blocktopk  shoal, --compress blocktopk:KEEP (issue 15, h15a's flag)
+    shoal-blocktopk-pipe  the same with --pipeline (staleness 1: step t's exchange runs
+                     under step t+1's compute)
     shoal-auto       shoal, --compress auto (the bandwidth controller picks KEEP)
     shoal-local      shoal, --local-steps H (DiLoCo: H steps per site, then an outer step)
 
@@ -33,6 +35,7 @@ Models (see docs/notes/local-update.md for why these sizes):
 
     sudo python bench/slowlink_train.py --rates 100,500,1000          # the real run
     sudo python bench/slowlink_train.py --smoke                       # seconds: it runs at all
+    sudo python bench/slowlink_train.py --smoke --models digits       # the digits side's smoke
 prints, per model and rate, a table of throughput and time to target with ratios against DDP,
 and writes every row to OUT/results.jsonl.
 """
@@ -90,8 +93,17 @@ SMOKE = {
         steps=4,
         eval_every=2,
     ),
+    "digits": Model("examples/digits.py", ("micro_batch_size=16", "global_batch_size=32"), 4, 2),
 }
-SIDES = ("ddp", "powersgd", "shoal-dense", "shoal-blocktopk", "shoal-auto", "shoal-local")
+SIDES = (
+    "ddp",
+    "powersgd",
+    "shoal-dense",
+    "shoal-blocktopk",
+    "shoal-blocktopk-pipe",
+    "shoal-auto",
+    "shoal-local",
+)
 
 
 def side_argv(side: str, args) -> list[str] | None:
@@ -102,10 +114,13 @@ def side_argv(side: str, args) -> list[str] | None:
         "powersgd": ["--powersgd", str(args.powersgd_rank)],
         "shoal-dense": [],
         "shoal-blocktopk": ["--compress", f"blocktopk:{args.keep}"],
+        "shoal-blocktopk-pipe": ["--compress", f"blocktopk:{args.keep}", "--pipeline"],
         "shoal-auto": ["--compress", "auto"],
         "shoal-local": ["--local-steps", str(args.local_steps)],
     }[side]
     if "--compress" in extra and "compress" not in fields:
+        return None
+    if "--pipeline" in extra and "pipeline" not in fields:
         return None
     if "--local-steps" in extra and "local_steps" not in fields:
         return None
@@ -269,7 +284,9 @@ def bench_model(bed, name, model, rates, sides, args, work, results) -> None:
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="100,500,1000", help="Mbit/s")
-    parser.add_argument("--models", default="transformer,digits")
+    parser.add_argument(
+        "--models", default=None, help="default: transformer,digits (smoke: transformer)"
+    )
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
     parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")
@@ -291,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"slowlink_train: error: {reason}", file=sys.stderr)
         return 2
-    models = SMOKE if args.smoke else {m: MODELS[m] for m in args.models.split(",")}
+    names = (args.models or ("transformer" if args.smoke else "transformer,digits")).split(",")
+    models = {m: (SMOKE if args.smoke else MODELS)[m] for m in names}
     rates = [1000.0] if args.smoke else [float(r) for r in args.rates.split(",")]
     if args.smoke:
         args.local_steps, args.side_timeout = 2, 180.0

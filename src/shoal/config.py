@@ -443,6 +443,14 @@ class SlowLinkConfig:
             metavar="KIND",
         ),
     )
+    pipeline: bool = field(
+        default=False,
+        metadata=_flag(
+            "--pipeline",
+            "with --compress topk/blocktopk: staleness 1, step t's exchange across sites runs "
+            "under step t+1's compute and its update is applied at the end of step t+1",
+        ),
+    )
 
     local_steps: int | None = field(
         default=None,
@@ -496,6 +504,8 @@ class SlowLinkConfig:
             raise UserError(f"--outer-lr must be > 0, got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
             raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
+        if self.pipeline and not self.compress.startswith(("topk:", "blocktopk:")):
+            raise UserError("--pipeline needs --compress topk:KEEP or blocktopk:KEEP")
         if h is not None and self.compress != "none":
             raise UserError("--local-steps and --compress: choose one way across the links")
 

@@ -50,6 +50,45 @@ def test_a_joiner_gets_its_sites_residuals_and_can_lead_the_site(plain, tmp_path
     assert joined["state_sha256"] == plain
 
 
+PIPE_STEPS = 30
+PIPELINED = [*COMPRESSED, "--pipeline"]
+# the uninterrupted two-worker run (one worker per site) of PIPELINED, and the same without
+# --pipeline: what the kill below must replay, and what pipelining must change
+PIPELINED_30 = "48bff5b60c53ca62b885eb28482cb9c3992cca4387392b0f0b5a77d2a7aae482"
+COMPRESSED_30 = "e94e2fa65a703ea0b92b0016a1a2aa0bd5d446df293100b195b21dc61697b43c"
+
+
+def test_a_pipelined_run_replays_its_digest_through_a_kill(tmp_path):
+    """--pipeline: w1 dies at step 8 with its site's packets of step 7 in flight; the new group
+    gathers them again synchronously (w2 holds the same packets) and the digest is that of
+    the uninterrupted two-worker pipelined run (checked by the slow test below)."""
+    args = [*PIPELINED, "--sites", "0/1,2", "--events", "step 8: kill 1"]
+    killed = shoal_run(tmp_path / "killed", "v100,k80,k80", PIPE_STEPS, *args, env=PACED)
+    assert killed["state_sha256"] == PIPELINED_30
+    assert PIPELINED_30 != COMPRESSED_30
+
+
+@pytest.mark.slow
+def test_the_pipelined_digests_are_those_of_the_two_worker_runs(tmp_path):
+    two = ["v100,k80", PIPE_STEPS, *COMPRESSED, "--sites", "0/1"]
+    assert shoal_run(tmp_path / "pipe", *two, "--pipeline")["state_sha256"] == PIPELINED_30
+    assert shoal_run(tmp_path / "plain", *two)["state_sha256"] == COMPRESSED_30
+
+
+@pytest.mark.slow
+def test_a_pipelined_joiner_gets_its_sites_pending_messages(tmp_path):
+    """As the joiner test above, with --pipeline: w2 receives site 1's residuals and its
+    messages not yet applied, then leads the site after w1's kill (seen by hand: join at step
+    22, kill at 25, the uninterrupted run's digest)."""
+    args = [*PIPELINED, "--sites", "0/1,2", "--events", "step 1: add k80; step 25: kill 1"]
+    joined = shoal_run(tmp_path / "joined", "v100,k80", PIPE_STEPS, *args, env=PACED)
+    seen = [(r["event"], r["step"]) for r in metrics(tmp_path / "joined") if r["kind"] != "step"]
+    join_step = next(step for event, step in seen if event == "join")
+    if join_step >= 25:
+        pytest.skip(f"the joiner arrived at step {join_step}, after the kill (a loaded host)")
+    assert joined["state_sha256"] == PIPELINED_30
+
+
 def train_on_bed(out, rates_mbit, steps_per_rate, dim=128, batch=128):
     """The transformer example (dim `dim`, global batch `batch`: 8 micro-batches, so the
     compute a dense exchange at 1 Gbit/s hides under) trained with --compress auto by two

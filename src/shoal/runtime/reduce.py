@@ -124,6 +124,7 @@ class StepOutcome:
     mean_sqnorm: float | None = None  # |g|^2 of the exact mean gradient (measured steps)
     similarity: float | None = None  # cosine of the two halves' exact sums (when asked)
     link: dict | None = None  # compressed exchange: keep_ratio, sent_bytes, exchange_s, ...
+    update: bool = True  # False: --pipeline had no earlier step's gradient to apply (step 0)
 
 
 class PendingStep:
@@ -167,6 +168,7 @@ class StepReducer:
         self.measure = measure and self.fixed is not None
         self._num_micro_batches = -1
         self.exchange = exchange  # sites.py: the compressed exchange across slow links
+        self._update = True  # whether the step has a gradient to apply (see StepOutcome)
         if exchange is not None and (self.fixed is None or measure):
             raise UserError("--compress needs --consistency exact and a fixed batch size")
 
@@ -227,7 +229,7 @@ class StepReducer:
         self.extra[self.num_buffer_bits :].copy_(torch.from_numpy(mine))
         message = self.buf if self.similarity else self.buf[: self.base]
         in_flight = []
-        if self.exchange is not None:  # synchronous: inside each site, then across sites
+        if self.exchange is not None:  # inside each site, then across sites (sites.py)
             compute_s = time.perf_counter() - self._began
             self._merged, rest = self.exchange.exchange(
                 message, self.fixed.unit, compute_s, self._step
@@ -265,17 +267,23 @@ class StepReducer:
             total, half = self.buf[: self.fixed.numel], self.buf[self.base :]
             outcome.similarity = self.fixed.halves_cosine(total, half)
         if self.exchange is not None:
-            outcome.link = self.exchange.record
+            outcome.link, outcome.update = self.exchange.record, self._update
         return outcome
 
     def _settle_exchange(self, any_overflow: bool) -> bool:
         """`FixedPointAccumulator.settle` for the compressed exchange: on an overflow the
-        residuals go back and the step probes; else the merged gradient is the step's."""
+        residuals go back and the step probes; else the merged gradient is the step's (with
+        --pipeline: the previous step's, merged now; none at the first step)."""
         if any_overflow:
             self.exchange.rollback()
             self.fixed.probe_next = True
             return False
-        self.fixed.flat_grad.copy_(self._merged)
+        merged = self.exchange.advance(self.device) if self.exchange.pipeline else self._merged
+        self._update = merged is not None
+        if merged is None:  # nothing to apply: the trainer skips the optimizer's step
+            self.fixed.flat_grad.zero_()
+            return True
+        self.fixed.flat_grad.copy_(merged)
         self.fixed.predict_bounds()
         return True
 

@@ -30,6 +30,14 @@ by all leaders (the max of their exchange, compute and fixed-cost times, all-gat
 on in the site broadcast: every worker takes the same decision for the next step. Its state
 is training state too. Its decisions depend on measured times, so a replay gives the same
 digest only with a fixed keep ratio.
+
+`--pipeline` (staleness 1, per step): the step's scalars still cross the sites synchronously
+(its losses, flags and overflow are its own decisions), but its packed messages go out in an
+asynchronous all-gather between the leaders (gloo `async_op`, on a leaders' group of its own
+so the next step's scalars never queue behind them) and are merged at the end of the next
+step, whose update they become (`advance`). The messages not yet applied are each site's
+training state, beside its residuals; a new group, a resume or a rollback gathers them again
+synchronously (docs/consistency.md states the arithmetic and the membership rule).
 """
 
 from __future__ import annotations
@@ -60,6 +68,10 @@ from shoal.runtime.membership import (
 
 SAMPLE_FLOATS = 3  # agreed by the leaders: exchange_s, compute_s, fixed cost (overhead_s)
 MIN_SECONDS = 1e-6  # a timing of zero would be refused by the controller
+
+
+def _float_bytes(values: list[float], device) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64).view(torch.uint8).to(device)
 
 
 @dataclass(frozen=True)
@@ -107,6 +119,16 @@ class SiteExchange:
 
     def __init__(self, params: list[torch.nn.Parameter], link: SlowLinkConfig):
         self.mode, self.fixed_keep = parse_compress(link.compress)
+        self.pipeline = link.pipeline  # staleness 1 (see the module docstring)
+        # by site key: the packets the site sent last and whose merge is not applied yet (keep
+        # ratio, uint8 payload); training state, kept and handed over with the residuals
+        self.pending: dict[str, tuple[float, torch.Tensor]] = {}
+        self._in_flight: float | None = None  # keep ratio of the gather launched last step
+        self._work = self._chunks = None  # that gather's handle and buffers (leaders only)
+        self.pipe_group = None  # leaders' group for that gather, apart from the scalars'
+        self._prior: tuple[float, torch.Tensor] | None = None  # pending at the step's start
+        self._headers: list[list[float]] = []  # per site: [holds pending packets, their keep]
+        self._exposed_s = 0.0
         self.spec = link.sites
         self.selector = "topk" if self.mode == "topk" else "block"
         self.sizes = [p.numel() for p in params]
@@ -130,8 +152,9 @@ class SiteExchange:
         self.sites = group_sites(group.ids, self.spec)
         self.rank, self.world_size = group.rank, group.world_size
         self.site = next(s for s in self.sites if group.rank in s.ranks)
-        self.site_group = self.leaders = None
+        self.site_group = self.leaders = self.pipe_group = None
         self._groups_made = group.world_size == 1
+        self.drop_in_flight()  # a new group redoes the pending exchange synchronously
         if self.controller is not None:
             self.controller.num_sites = len(self.sites)
 
@@ -152,6 +175,9 @@ class SiteExchange:
             if len(self.sites) > 1:
                 made = dist.new_group([s.ranks[0] for s in self.sites], timeout=timeout)
                 self.leaders = made if self.rank == self.site.ranks[0] else None
+                if self.pipeline:  # so that a step's scalars never queue behind the packets
+                    made = dist.new_group([s.ranks[0] for s in self.sites], timeout=timeout)
+                    self.pipe_group = made if self.rank == self.site.ranks[0] else None
         self._groups_made = True
 
     def keep_ratio(self) -> float:
@@ -165,7 +191,8 @@ class SiteExchange:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`message`: this worker's int64 step message (gradient integers, then the rest);
         `unit`: the grid's per-entry 2**(E-P)/M; `step`: the step computed. Returns (the
-        merged mean gradient, fp32; the whole group's summed rest of the message, int64)."""
+        merged mean gradient, fp32, or None when pipelined (`advance` gives it); the whole
+        group's summed rest of the message, int64)."""
         numel = unit.numel()
         if not self._groups_made:
             self._make_groups()
@@ -173,15 +200,21 @@ class SiteExchange:
             self._collective(dist.all_reduce, message, group=self.site_group)
         # the exact engine's decode, on the site's integers: the site's share of the mean
         share = message[:numel].to(torch.float64).mul_(unit).to(torch.float32)
-        keep = self.keep_ratio()
-        feedback = self.feedback.setdefault(self.site.key, ErrorFeedback(keep, self.selector))
+        keep, key = self.keep_ratio(), self.site.key
+        feedback = self.feedback.setdefault(key, ErrorFeedback(keep, self.selector))
         feedback.keep_ratio = keep
-        self._snapshot = feedback.state_dict()
-        self._snapshot_tag = self.tags.get(self.site.key, step)
+        self._snapshot = self._site_state(key)
+        self._snapshot_tag = self.tags.get(key, step)
         rest = message[numel:].contiguous()
-        mine = torch.cat([rest.view(torch.uint8), self._compress(feedback, share, keep)])
-        self.tags[self.site.key] = step + 1
-        self.kept[self.site.key] = (step + 1, feedback.state_dict())
+        payload = self._compress(feedback, share, keep)
+        self.tags[key] = step + 1
+        if self.pipeline:
+            self._prior = self.pending.get(key)  # applied at this step's end
+            self.pending[key] = (keep, payload)
+            self.kept[key] = (step + 1, self._site_state(key))
+            return None, self._sum_scalars(rest)
+        self.kept[key] = (step + 1, self._site_state(key))
+        mine = torch.cat([rest.view(torch.uint8), payload])
         chunks = [mine] if len(self.sites) == 1 else self._gather(mine, keep, compute_s)
         if len(self.sites) == 1:
             self.record = None
@@ -204,7 +237,7 @@ class SiteExchange:
 
     def rollback(self) -> None:
         """The step is computed again (a bound overflowed somewhere): residuals as before."""
-        self.feedback[self.site.key].load_state_dict(self._snapshot)
+        self._load_site(self.site.key, self._snapshot)
         self.tags[self.site.key] = self._snapshot_tag
         self.kept.pop(self.site.key, None)
 
@@ -280,19 +313,139 @@ class SiteExchange:
         if self.controller is not None:
             self.controller.observe(LinkSample(sent, exchange_s, compute_s, overhead_s))
 
+    # -- staleness 1 (--pipeline) ----------------------------------------------------------
+    def _sum_scalars(self, rest: torch.Tensor) -> torch.Tensor:
+        """Pipelined: the step's scalars cross the links now (overflow, losses and membership
+        flags are this step's decisions), with a header per site (whether it holds pending
+        packets, at which keep ratio) for a synchronous redo. Returns the summed scalars."""
+        width, num_sites = rest.numel() * 8, len(self.sites)
+        prior = self._prior
+        header = [float(prior is not None), prior[0] if prior else 0.0]
+        mine = torch.cat([rest.view(torch.uint8), _float_bytes(header, rest.device)])
+        self._exposed_s = 0.0  # the seconds this step waited on the links
+        if num_sites == 1:
+            packet = mine
+        elif self.leaders is not None:
+            chunks = [torch.empty_like(mine) for _ in range(num_sites)]
+            t0 = time.perf_counter()
+            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
+            self._exposed_s = time.perf_counter() - t0
+            packet = torch.cat(chunks)
+        else:
+            packet = torch.empty(num_sites * mine.numel(), dtype=torch.uint8, device=rest.device)
+        if num_sites > 1 and self.site_group is not None:
+            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
+        chunks = packet.view(num_sites, -1)
+        self._headers = chunks[:, width:].clone().view(torch.float64).tolist()
+        summed = chunks[0, :width].clone().view(torch.int64)
+        for chunk in chunks[1:]:
+            summed += chunk[:width].clone().view(torch.int64)
+        return summed
+
+    def advance(self, device: torch.device) -> torch.Tensor | None:
+        """Pipelined, once the step is usable (no overflow): the merged gradient of the packets
+        that were pending at the step's start (None if no site held any: the first step), and
+        this step's packets sent on their way, to be merged at the next step's end. The merge
+        comes from the gather launched last step when it runs in this group, else from a
+        synchronous gather of the pending packets now (after a regroup, a resume, a rollback):
+        the same packets, merged in the same site order, give the same bits either way."""
+        t0 = time.perf_counter()
+        if len(self.sites) == 1:
+            prior = self._prior
+            merged = None if prior is None else self._merge([prior[1]], prior[0], device)
+        elif self._in_flight is not None:
+            merged = self._arrive(device)
+        else:
+            merged = self._redo(device)
+        self.drop_in_flight()
+        keep, payload = self.pending[self.site.key]
+        if len(self.sites) > 1:
+            self._in_flight = keep
+            if self.pipe_group is not None:
+                self._chunks = [torch.empty_like(payload) for _ in self.sites]
+                with peer_failures():
+                    self._work = dist.all_gather(
+                        self._chunks, payload, group=self.pipe_group, async_op=True
+                    )
+        exposed_s = self._exposed_s + time.perf_counter() - t0
+        sent = (len(self.sites) - 1) * payload.numel()
+        self.record = None if len(self.sites) == 1 else {
+            "keep_ratio": keep,
+            "sent_bytes": sent,
+            "exchange_s": exposed_s,  # the exposed part only: the rest ran under compute
+        }  # fmt: skip
+        return merged
+
+    def _arrive(self, device: torch.device) -> torch.Tensor:
+        """Wait for the gather launched last step; the leader broadcasts it in its site."""
+        keep, num_sites = self._in_flight, len(self.sites)
+        size = sum(self._sizes(keep))
+        if self._work is not None:
+            with peer_failures():
+                self._work.wait()
+            packet = torch.cat(self._chunks)
+        else:
+            packet = torch.empty(num_sites * size, dtype=torch.uint8, device=device)
+        if self.site_group is not None:
+            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
+        return self._merge(list(packet.view(num_sites, -1)), keep, device)
+
+    def _redo(self, device: torch.device) -> torch.Tensor | None:
+        """The pending packets gathered synchronously in this group; a site that holds none
+        (every member lost, a new site) contributes nothing (see docs/consistency.md)."""
+        holding = [i for i, (has, _) in enumerate(self._headers) if has > 0]
+        if not holding:
+            return None
+        keeps = {self._headers[i][1] for i in holding}
+        assert len(keeps) == 1, f"pending packets at different keep ratios: {keeps}"
+        keep = keeps.pop()
+        size, num_sites = sum(self._sizes(keep)), len(self.sites)
+        prior = self._prior
+        mine = prior[1] if prior else torch.zeros(size, dtype=torch.uint8, device=device)
+        assert mine.numel() == size
+        if self.leaders is not None:
+            chunks = [torch.empty_like(mine) for _ in range(num_sites)]
+            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
+            packet = torch.cat(chunks)
+        else:
+            packet = torch.empty(num_sites * size, dtype=torch.uint8, device=device)
+        if self.site_group is not None:
+            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
+        chunks = packet.view(num_sites, -1)
+        return self._merge([chunks[i] for i in holding], keep, device)
+
+    def drop_in_flight(self) -> None:
+        """Forget the gather launched last step (its packets stay pending, as state)."""
+        self._in_flight, self._work, self._chunks = None, None, None
+
     # -- state -----------------------------------------------------------------------------
+    def _site_state(self, key: str) -> dict:
+        """A site's residuals and thresholds, and (pipelined) its packets not yet applied."""
+        state = self.feedback[key].state_dict()
+        if key in self.pending:
+            keep, payload = self.pending[key]
+            state["pending"] = {"keep": keep, "payload": payload}
+        return state
+
+    def _load_site(self, key: str, state: dict) -> None:
+        self.feedback[key] = ErrorFeedback(1.0, self.selector)
+        self.feedback[key].load_state_dict(state)
+        self.pending.pop(key, None)
+        if "pending" in state:
+            self.pending[key] = (float(state["pending"]["keep"]), state["pending"]["payload"])
+
     def state_dict(self) -> dict:
-        feedback = {k: fb.state_dict() for k, fb in self.feedback.items()}
+        feedback = {k: self._site_state(k) for k in self.feedback}
         state: dict = {"feedback": feedback, "tags": dict(self.tags)}
         if self.controller is not None:
             state["controller"] = self.controller.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.feedback = {}
+        self.feedback, self.pending = {}, {}
         for key, saved in state.get("feedback", {}).items():
-            self.feedback[key] = ErrorFeedback(1.0, self.selector)
-            self.feedback[key].load_state_dict(saved)
+            self._load_site(key, saved)
+        self.drop_in_flight()  # a step rolled back, or a state from elsewhere: redo it
         self.tags = {k: int(v) for k, v in state.get("tags", {}).items()}
         if self.controller is not None and state.get("controller"):
             self.controller.load_state_dict(state["controller"])
@@ -301,7 +454,7 @@ class SiteExchange:
         """This worker's newest residuals of site `key` that fit a group at `step`."""
         found = [(t, s) for t, s in [self.kept.get(key, (-1, None))] if t <= step]
         if key in self.feedback and self.tags.get(key, -1) <= step:
-            found.append((self.tags[key], self.feedback[key].state_dict()))
+            found.append((self.tags[key], self._site_state(key)))
         return max(found, key=lambda c: c[0], default=(-1, None))
 
     def share(self, device: torch.device, step: int) -> None:
@@ -334,8 +487,7 @@ class SiteExchange:
                             state = deserialize(received)
             chosen[site.key] = (tag, state)
         tag, state = chosen[self.site.key]
-        self.feedback, self.tags, self.kept = {}, {}, {}
+        self.feedback, self.tags, self.kept, self.pending = {}, {}, {}, {}
         if state:
-            self.feedback[self.site.key] = ErrorFeedback(1.0, self.selector)
-            self.feedback[self.site.key].load_state_dict(state)
+            self._load_site(self.site.key, state)
             self.tags[self.site.key] = tag

@@ -23,6 +23,10 @@ statistics the policy reads; after the step every worker feeds them to the polic
 choose a new M for the next step (`Rebalancer.resize`): the data stream simply continues from
 `samples_seen`, so no sample is skipped or read twice. The policy's learning-rate factor is
 applied around `optimizer.step()` only, so the user's scheduler never sees it.
+
+With `--compress ... --pipeline` the gradient the step applies is the previous step's merged
+one (`sites.py`): its exchange ran under this step's compute. The first step has none to
+apply, so neither the optimizer nor the scheduler steps (`StepOutcome.update`).
 """
 
 from __future__ import annotations
@@ -218,6 +222,8 @@ class Trainer:
         batch = plan.num_micro_batches * self.job.micro_batch_size
         if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
             self.reducer.load_state_dict(bounds)
+            factor = self.batch.lr_factor(batch, self._cap())
+        elif not outcome.update:  # --pipeline's first step: no earlier gradient to apply yet
             factor = self.batch.lr_factor(batch, self._cap())
         else:
             factor = self._optimizer_step(batch)
