@@ -63,6 +63,11 @@ from shoal.runtime.sites import group_sites
 # |sum| <= 2**30 keeps the sites' integers summed inside an int32: 4 bytes an entry on the
 # slow link, as float32 would take, and still 2**-29 of the largest entry's size for 2 sites
 INT_BITS = 30
+# --outer-overlap sends the exchange in pieces of this many int32 entries (128 KiB): gloo runs
+# at most two of a group's collectives at once, so at most ~2 x 64 KiB a direction wait in a
+# slow link's queue (5-10 ms at 100 Mbit/s) ahead of each inner step's few hundred bytes;
+# one 6 MB all-reduce fills the whole queue (tc tbf's 100 ms on the test bed) every step
+CHUNK_ENTRIES = 1 << 15
 
 
 def site_layout(spec: str | None, world_size: int) -> tuple[tuple[int, ...], ...]:
@@ -160,7 +165,7 @@ class Pending:
     snapshot: torch.Tensor
     ints: torch.Tensor | None = None
     exps: list[int] | None = None
-    work: object | None = None
+    work: list | None = None  # the pieces' all-reduces in flight
 
     def state_dict(self) -> dict:
         return {"launched_at": self.launched_at, "deltas": self.deltas, "snapshot": self.snapshot}
@@ -280,8 +285,12 @@ class LocalUpdate:
             return  # nothing crosses a link: the mean is the site's own
         deltas = _split(pending.deltas, self.params)
         pending.ints, pending.exps = self._integers(deltas)
+        group = self.exchange_group
         with peer_failures():
-            pending.work = dist.all_reduce(pending.ints, group=self.exchange_group, async_op=True)
+            pending.work = [
+                dist.all_reduce(piece, group=group, async_op=True)
+                for piece in torch.split(pending.ints, CHUNK_ENTRIES)
+            ]
 
     @torch.no_grad()
     def complete(self) -> None:
@@ -295,7 +304,8 @@ class LocalUpdate:
         if pending.work is None:  # started in another group, or loaded from a state
             self._send(pending)
         with peer_failures():
-            pending.work.wait()
+            for work in pending.work:
+                work.wait()
         flat = dequantize(pending.ints, self.numels, pending.exps, len(self.sites))
         self.end_round(_split(flat, self.params))
 
