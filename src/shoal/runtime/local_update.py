@@ -32,7 +32,8 @@ site starts the exact all-reduce of its pseudo-gradient in the background and go
 next round's inner steps from its own weights; D inner steps later it waits for the mean, moves
 the reference by the outer step and the site to new reference + (its weights now - its weights
 when the exchange started), so the next pseudo-gradient again covers H inner steps. The
-exchange in flight (the pseudo-gradient sent and that snapshot) is training state; after any
+exchange in flight (that snapshot: the pseudo-gradient is reference - snapshot) is training
+state; after any
 membership change it is redone in the new group when it falls due (see `Pending`).
 
 Why not torchft's DiLoCo: it is installable (torchft 0.2.0), but it drives its own quorum and
@@ -155,20 +156,21 @@ class SiteReducer(StepReducer):
 class Pending:
     """An outer exchange in flight (`--outer-overlap`): what it sends and what completes it.
 
-    `deltas` (the site's pseudo-gradient when the exchange started) and `snapshot` (the site's
-    weights then) are training state; `ints`, `exps` and `work` (the running all-reduce) are
-    not: a state loaded, or a group changed, drops them and the exchange is redone in the group
-    of the step it falls due, so its result depends only on the membership history."""
+    `snapshot` (the site's weights when the exchange started) is training state; the
+    pseudo-gradient sent is reference - snapshot, the same bits again at any time, since the
+    reference moves only when the exchange completes. `ints`, `exps` and `work` (the running
+    all-reduce) are not: a state loaded, or a group changed, drops them and the exchange is
+    redone in the group of the step it falls due, so its result depends only on the
+    membership history."""
 
     launched_at: int
-    deltas: torch.Tensor
     snapshot: torch.Tensor
     ints: torch.Tensor | None = None
     exps: list[int] | None = None
     work: list | None = None  # the pieces' all-reduces in flight
 
     def state_dict(self) -> dict:
-        return {"launched_at": self.launched_at, "deltas": self.deltas, "snapshot": self.snapshot}
+        return {"launched_at": self.launched_at, "snapshot": self.snapshot}
 
 
 def overlap_apply(params, reference, snapshot: torch.Tensor) -> None:
@@ -272,9 +274,7 @@ class LocalUpdate:
     def launch(self, step: int) -> None:
         """Start the round's exchange in the background (`--outer-overlap`); the site trains
         on from its own weights until it completes."""
-        deltas = [r - p.detach() for r, p in zip(self.reference, self.params, strict=True)]
-        snapshot = torch.cat([p.detach().reshape(-1) for p in self.params])
-        pending = Pending(step, torch.cat([d.reshape(-1) for d in deltas]), snapshot)
+        pending = Pending(step, torch.cat([p.detach().reshape(-1) for p in self.params]))
         self._send(pending)  # a peer lost here leaves the state as it was at the boundary
         self.pending, self.synced_at = pending, step
 
@@ -283,8 +283,7 @@ class LocalUpdate:
         then their all-reduce, running while the inner steps go on."""
         if len(self.sites) == 1:
             return  # nothing crosses a link: the mean is the site's own
-        deltas = _split(pending.deltas, self.params)
-        pending.ints, pending.exps = self._integers(deltas)
+        pending.ints, pending.exps = self._integers(self.pseudo_gradient(pending))
         group = self.exchange_group
         with peer_failures():
             pending.work = [
@@ -299,7 +298,7 @@ class LocalUpdate:
         pending = self.pending
         assert pending is not None
         if len(self.sites) == 1:
-            self.end_round(_split(pending.deltas, self.params))
+            self.end_round(self.pseudo_gradient(pending))
             return
         if pending.work is None:  # started in another group, or loaded from a state
             self._send(pending)
@@ -308,6 +307,11 @@ class LocalUpdate:
                 work.wait()
         flat = dequantize(pending.ints, self.numels, pending.exps, len(self.sites))
         self.end_round(_split(flat, self.params))
+
+    def pseudo_gradient(self, pending: Pending) -> list[torch.Tensor]:
+        """The site's pseudo-gradient at the exchange's start: reference - weights then."""
+        snapshot = _split(pending.snapshot, self.params)
+        return [r - s for r, s in zip(self.reference, snapshot, strict=True)]
 
     @torch.no_grad()
     def end_round(self, mean: list[torch.Tensor]) -> None:
@@ -382,6 +386,4 @@ class LocalUpdate:
         saved = state.get("pending")
         self.pending = None
         if saved is not None:  # redone in this group when it falls due (Pending)
-            self.pending = Pending(
-                int(saved["launched_at"]), saved["deltas"].clone(), saved["snapshot"].clone()
-            )
+            self.pending = Pending(int(saved["launched_at"]), saved["snapshot"].clone())

@@ -46,14 +46,15 @@ def weights(t: Trainer) -> list[torch.Tensor]:
 
 def two_site_mean(sites: list[Trainer]) -> list[torch.Tensor]:
     """What the exchange's int32 all-reduce gives: the exact mean of the sites' deltas."""
-    pendings = [t.local.pending for t in sites]
+    deltas = [torch.cat([d.reshape(-1) for d in t.local.pseudo_gradient(t.local.pending)])
+              for t in sites]  # fmt: skip
     numels = sites[0].local.numels
     maxima = [
         max(float(d.abs().max()) for d in parts)
-        for parts in zip(*[torch.split(p.deltas, numels) for p in pendings], strict=True)
+        for parts in zip(*[torch.split(d, numels) for d in deltas], strict=True)
     ]
     exps = grid_exponents(maxima, 2)
-    summed = sum(quantize(p.deltas, numels, exps) for p in pendings)
+    summed = sum(quantize(d, numels, exps) for d in deltas)
     flat = dequantize(summed, numels, exps, 2)
     return [m.view_as(p) for m, p in zip(torch.split(flat, numels), weights(sites[0]), strict=True)]
 
