@@ -98,7 +98,11 @@ def test_two_sites_meet_in_the_average_of_their_models(tmp_path):
             assert torch.equal(landed, (now - launch) + after)
 
 
-@pytest.mark.parametrize("overlap", [[], ["--outer-overlap", "2"]], ids=["sync", "overlap"])
+# overlapped (slow: the two-site kill below covers the redo by default)
+OVERLAP = pytest.param(["--outer-overlap", "2"], marks=pytest.mark.slow, id="overlap")
+
+
+@pytest.mark.parametrize("overlap", [pytest.param([], id="sync"), OVERLAP])
 def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path, overlap):
     # one site under `shoal run`: the inner sums are exact on any group, so a kill and its
     # recovery must end on the uninterrupted run's digest, and the outer state must survive it
@@ -116,3 +120,22 @@ def test_fewer_than_one_local_step_is_one_line_and_exit_2(tmp_path):
     err = shoal_run(tmp_path / "bad", "v100", 5, "--local-steps", "0", expect=2)
     assert err.strip().splitlines() == ["shoal: error: --local-steps: local steps H must be an "
                                         "integer >= 1, got 0"]  # fmt: skip
+
+
+# M = 4 micro-batches, at most 2 per worker, a fixed yardstick per micro-batch (as in
+# test_compressed.py): the v100 (site 0) computes micro-batches 0-1 and site 1 computes 2-3,
+# with two workers or three, so both runs train the same micro-batches in the same sites
+TWO_SITES = ["--local-steps", "3", "--outer-overlap", "2", "--max-micro-batches", "2"]
+TWO_SITES += ["--replan-every", "999"]
+PACED = {"SHOAL_EMULATED_HOST_S": "0.02"}
+
+
+def test_a_kill_in_a_site_with_an_exchange_in_flight_keeps_the_site_assignments_digest(tmp_path):
+    # w1 leads site 1 and dies at step 4, while the exchange launched at step 3 is in flight;
+    # w2 holds the same site model and snapshot and redoes the exchange with w0 at step 5
+    plain = shoal_run(tmp_path / "plain", "v100,k80", 8, *TWO_SITES, "--sites", "0/1")
+    args = [*TWO_SITES, "--sites", "0/1,2", "--events", "step 4: kill 1"]
+    killed = shoal_run(tmp_path / "killed", "v100,k80,k80", 8, *args, env=PACED)
+    assert killed["state_sha256"] == plain["state_sha256"]
+    fails = [r for r in metrics(tmp_path / "killed") if r.get("event") == "fail"]
+    assert len(fails) == 1 and fails[0]["step"] <= 5
