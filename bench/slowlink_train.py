@@ -12,6 +12,7 @@ side trains the same job from the same initial weights and data order:
                      under step t+1's compute)
     shoal-auto       shoal, --compress auto (the bandwidth controller picks KEEP)
     shoal-local      shoal, --local-steps H (DiLoCo: H steps per site, then an outer step)
+    shoal-local-overlap  shoal-local with --outer-overlap D (the exchange under D inner steps)
 
 A side whose flag this shoal does not have yet is reported "unavailable", not run.
 
@@ -103,6 +104,7 @@ SIDES = (
     "shoal-blocktopk-pipe",
     "shoal-auto",
     "shoal-local",
+    "shoal-local-overlap",  # the outer exchange under the next D inner steps
 )
 
 
@@ -117,12 +119,16 @@ def side_argv(side: str, args) -> list[str] | None:
         "shoal-blocktopk-pipe": ["--compress", f"blocktopk:{args.keep}", "--pipeline"],
         "shoal-auto": ["--compress", "auto"],
         "shoal-local": ["--local-steps", str(args.local_steps)],
+        "shoal-local-overlap": ["--local-steps", str(args.local_steps)]
+        + ["--outer-overlap", str(args.outer_overlap)],
     }[side]
     if "--compress" in extra and "compress" not in fields:
         return None
     if "--pipeline" in extra and "pipeline" not in fields:
         return None
     if "--local-steps" in extra and "local_steps" not in fields:
+        return None
+    if "--outer-overlap" in extra and "outer_overlap" not in fields:
         return None
     return extra
 
@@ -261,7 +267,7 @@ def bench_model(bed, name, model, rates, sides, args, work, results) -> None:
             if extra is None:
                 rows.append({**row, "side": side, "status": "unavailable (no such flag yet)"})
                 continue
-            steps = model.steps * (args.local_budget if side == "shoal-local" else 1)
+            steps = model.steps * (args.local_budget if side.startswith("shoal-local") else 1)
             out = work / f"{name}-{rate:g}-{side}"
             args.port += 1  # a fresh rendezvous port per job: the last one may linger
             script = worker_script(side, model, int(steps), out, extra)
@@ -290,6 +296,7 @@ def parse(argv):
     parser.add_argument("--sides", default=",".join(SIDES))
     parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
     parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")
+    parser.add_argument("--outer-overlap", type=int, default=10, help="the overlap side's D")
     parser.add_argument("--local-budget", type=float, default=2.0, help="x steps, shoal-local")
     parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--target", action="append", default=[], metavar="MODEL=LOSS")
@@ -313,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     rates = [1000.0] if args.smoke else [float(r) for r in args.rates.split(",")]
     if args.smoke:
         args.local_steps, args.side_timeout = 2, 180.0
+    args.outer_overlap = min(args.outer_overlap, args.local_steps)
     sides = args.sides.split(",")
     work = args.out or pathlib.Path(tempfile.mkdtemp(prefix="slowlink-train-"))
     work.mkdir(parents=True, exist_ok=True)

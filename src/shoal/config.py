@@ -474,6 +474,15 @@ class SlowLinkConfig:
             metavar="MU",
         ),
     )
+    outer_overlap: int | None = field(
+        default=None,
+        metadata=_flag(
+            "--outer-overlap",
+            "local-update mode: the outer exchange runs under the next D inner steps, "
+            "1 <= D <= H (default: off, the sites wait for it)",
+            metavar="D",
+        ),
+    )
 
     def __post_init__(self) -> None:
         # the grammar only (config imports nothing but errors); `control.bandwidth`'s
@@ -506,6 +515,9 @@ class SlowLinkConfig:
             raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
         if self.pipeline and not self.compress.startswith(("topk:", "blocktopk:")):
             raise UserError("--pipeline needs --compress topk:KEEP or blocktopk:KEEP")
+        d = self.outer_overlap
+        if d is not None and (h is None or int(d) != d or not 1 <= d <= h):
+            raise UserError(f"--outer-overlap D needs --local-steps H and 1 <= D <= H, got {d}")
         if h is not None and self.compress != "none":
             raise UserError("--local-steps and --compress: choose one way across the links")
 

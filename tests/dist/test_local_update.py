@@ -1,5 +1,6 @@
-"""Local-update mode across processes: two sites meet in an exact outer step, and a kill in
-local-update mode changes no bit of the trained state."""
+"""Local-update mode across processes: two sites meet in an exact outer step (waited for, or
+overlapped with the next inner step), and a kill in local-update mode, with or without an
+exchange in flight, changes no bit of the trained state."""
 
 import os
 import subprocess
@@ -53,7 +54,23 @@ SITE = textwrap.dedent(
     before = [p.detach().clone() for p in t.model.parameters()]
     assert t.local.before_step(t)
     after = [p.detach().clone() for p in t.model.parameters()]
-    torch.save({"before": before, "after": after}, f"{out}/{rank}.pt")
+    # the same step with --outer-overlap 1: the exchange starts, one more inner step runs
+    # under it, then the site lands on the new reference plus that step's drift
+    o = Trainer(job)
+    o.model.load_state_dict(initial.state_dict())
+    config = SlowLinkConfig(local_steps=1, outer_lr=1.0, outer_momentum=0.0, outer_overlap=1)
+    o.local = LocalUpdate(o, config)
+    o.local.sites_spec = "0,1/2"
+    o.regroup(Group(0, rank, 3, ("w0", "w1", "w2"), ("native",) * 3, (1.0,) * 3))
+    o.train_step()
+    launch = [p.detach().clone() for p in o.model.parameters()]
+    assert o.local.before_step(o) and o.local.pending.work is not None
+    o.train_step()
+    now = [p.detach().clone() for p in o.model.parameters()]
+    assert o.local.before_step(o) and o.local.outer_steps == 1
+    landed = [p.detach().clone() for p in o.model.parameters()]
+    torch.save({"before": before, "after": after, "launch": launch, "now": now,
+                "landed": landed}, f"{out}/{rank}.pt")
     """
 )
 
@@ -73,12 +90,25 @@ def test_two_sites_meet_in_the_average_of_their_models(tmp_path):
         assert torch.equal(after[0], after[1]) and torch.equal(after[0], after[2])
         # the mean of the two sites, not of the three workers
         assert torch.allclose(after[0], (a + b) / 2, rtol=1e-6, atol=1e-7)
+    for w in (w0, w1, w2):  # overlapped: the same outer step, the drift under it kept on top
+        for before, launch, after, now, landed in zip(
+            w["before"], w["launch"], w["after"], w["now"], w["landed"], strict=True
+        ):
+            assert torch.equal(launch, before)  # the same first step, so the same exchange
+            assert torch.equal(landed, (now - launch) + after)
 
 
-def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path):
+# overlapped (slow: the two-site kill below covers the redo by default)
+OVERLAP = pytest.param(["--outer-overlap", "2"], marks=pytest.mark.slow, id="overlap")
+
+
+@pytest.mark.parametrize("overlap", [pytest.param([], id="sync"), OVERLAP])
+def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path, overlap):
     # one site under `shoal run`: the inner sums are exact on any group, so a kill and its
     # recovery must end on the uninterrupted run's digest, and the outer state must survive it
+    # (overlapped: the exchange started at step 3 is in flight at the kill, due at step 5)
     args = ["--local-steps", "3", "-o", "micro_batch_size=32", "-o", "global_batch_size=128"]
+    args += overlap
     alone = shoal_run(tmp_path / "alone", "v100", 10, *args)
     killed = shoal_run(tmp_path / "killed", "2xv100", 10, *args, "--events", "step 4: kill 1")
     assert killed["state_sha256"] == alone["state_sha256"]
@@ -90,3 +120,22 @@ def test_fewer_than_one_local_step_is_one_line_and_exit_2(tmp_path):
     err = shoal_run(tmp_path / "bad", "v100", 5, "--local-steps", "0", expect=2)
     assert err.strip().splitlines() == ["shoal: error: --local-steps: local steps H must be an "
                                         "integer >= 1, got 0"]  # fmt: skip
+
+
+# M = 4 micro-batches, at most 2 per worker, a fixed yardstick per micro-batch (as in
+# test_compressed.py): the v100 (site 0) computes micro-batches 0-1 and site 1 computes 2-3,
+# with two workers or three, so both runs train the same micro-batches in the same sites
+TWO_SITES = ["--local-steps", "3", "--outer-overlap", "2", "--max-micro-batches", "2"]
+TWO_SITES += ["--replan-every", "999"]
+PACED = {"SHOAL_EMULATED_HOST_S": "0.02"}
+
+
+def test_a_kill_in_a_site_with_an_exchange_in_flight_keeps_the_site_assignments_digest(tmp_path):
+    # w1 leads site 1 and dies at step 4, while the exchange launched at step 3 is in flight;
+    # w2 holds the same site model and snapshot and redoes the exchange with w0 at step 5
+    plain = shoal_run(tmp_path / "plain", "v100,k80", 8, *TWO_SITES, "--sites", "0/1")
+    args = [*TWO_SITES, "--sites", "0/1,2", "--events", "step 4: kill 1"]
+    killed = shoal_run(tmp_path / "killed", "v100,k80,k80", 8, *args, env=PACED)
+    assert killed["state_sha256"] == plain["state_sha256"]
+    fails = [r for r in metrics(tmp_path / "killed") if r.get("event") == "fail"]
+    assert len(fails) == 1 and fails[0]["step"] <= 5
