@@ -4,17 +4,17 @@ It re-plans every tick like Pollux, but:
 - heterogeneity-aware: it plans per GPU kind with each kind's measured speed for the job's
   application, so a kind goes to the jobs it speeds up most (comparative advantage), and it
   splits each job's batch across kinds in proportion to speed;
-- cost-aware: marginal goodput is weighed per dollar of the cheapest tier that has room, and a GPU
-  is only added while it still returns at least `min_marginal` of its nominal speed as goodput,
-  so GPUs past the knee of a job's scaling curve stay unbilled;
+- cost-aware: a GPU (or a bundle of them) goes to a job only if it lowers the job's cost x time
+  (`cost_time_falls`), with the GPUs priced at the tier they would be billed at (spot while it
+  has room, then on-demand), and only while it returns at least `min_marginal` of its nominal
+  speed as goodput, so GPUs past the knee of a job's scaling curve stay unbilled;
 - spot-aware: elastic jobs fill spot nodes first (a revocation only shrinks them); gangs go on
   on-demand nodes first (a revocation would restart them from a checkpoint);
 - it favours jobs with little attained service (a least-attained-service weight, as Tiresias),
   which needs no knowledge of job length, and rescales elastic jobs in place;
 - GPUs nobody wants one at a time (an idle cluster) go out in bundles that may span many nodes,
-  chosen from the job's own speedup curve: a bundle is taken only if it lowers the job's cost x
-  time (`cost_time_falls`), with its GPUs priced at the tier they would be billed at. A speedup
-  curve that dips at a node boundary and recovers nodes later is crossed when the recovery pays.
+  chosen from the job's own speedup curve by the same cost x time rule: a curve that dips at a
+  node boundary and recovers nodes later is crossed when the recovery pays.
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ class ShoalPolicy:
     min_change: float = 0.1  # resize a running job only if its planned speedup moves this much
     min_marginal: float = 0.05  # a GPU must add this fraction of its nominal speed as goodput
     las_scale_gpu_s: float = 3600.0  # attained service at which a job's weight halves
-    price_exponent: float = 0.3  # marginal goodput is divided by price ** this (0: ignore price)
+    # an extra price weight in the ranking (marginal goodput / price ** this); 0: price enters
+    # only through the cost x time rule (0.3 put cheap slow GPUs ahead of dear fast ones on mixed
+    # spot clusters: docs/notes/sim-fidelity.md, section 8)
+    price_exponent: float = 0.0
     max_gpus_per_job: int = 64
     lookahead: int = 64  # the largest bundle; past one node a bundle fills whole nodes (fill.py)
     name: str = "shoal"
@@ -87,7 +90,9 @@ class ShoalPolicy:
             elastic,
             free,
             lambda job, left: self._first_kind(job, left, {k: room(k, left) for k in left}),
-            lambda job, counts, kind, left: self._score(job, counts, kind, rate, room(kind, left)),
+            lambda job, counts, kind, left: self._score(
+                job, counts, kind, rate, room(kind, left), 1, held_usd(counts, left)
+            ),
             lambda j: self.max_gpus_per_job,
             lookahead=self.lookahead,
             bundle_score=lambda job, counts, kind, d, left: self._score(
@@ -138,8 +143,8 @@ class ShoalPolicy:
         """Value per GPU of `d` more GPUs of `kind`; 0 unless together they return at least
         `min_marginal` of their nominal speed and the last of them does alone (a bundle is gated
         as a whole: the GPU that crosses a node boundary gains little alone, the next ones a
-        lot), and, for a bundle, unless it lowers the job's cost x time (`held_usd`: what the
-        job's GPUs cost now)."""
+        lot), and unless they lower the job's cost x time (`held_usd`: what the job's GPUs cost
+        now)."""
         now = rate(job, counts)
         more = dict(counts)
         more[kind] = more.get(kind, 0) + d
@@ -155,8 +160,8 @@ class ShoalPolicy:
             more[kind] -= 1
             if new - rate(job, more) < least:
                 return 0.0
-            if not cost_time_falls(now, new, held_usd, price * d):
-                return 0.0
+        if not cost_time_falls(now, new, held_usd, price * d):
+            return 0.0
         weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
         gain = (base / now - base / new) / d
         return weight * gain / price**self.price_exponent
