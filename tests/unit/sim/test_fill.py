@@ -33,3 +33,21 @@ def test_a_bundle_score_values_the_bundle_as_a_whole():
 
     assert plan_with(lambda job, counts, kind, d, left: 0.0) == 4  # no bundle pays
     assert plan_with(lambda job, counts, kind, d, left: float(counts[kind] < 12)) == 12
+
+
+def test_bundles_past_one_node_fill_their_last_node():
+    # with node sizes given, a bundle larger than a node ends on a node boundary
+    job = JobRun(JobSpec("j", 0.0, "cifar10", 1, 128, 100.0))
+    asked = []
+
+    def bundle(job, counts, kind, d, left):
+        asked.append((counts[kind], d))
+        return 1.0 if counts[kind] + d == 11 or counts[kind] + d == 12 else 0.0
+
+    plan = waterfill(
+        [job], {"t4": 16}, lambda j, left: "t4", _score, lambda j: 64, 16, bundle, {"t4": 4}
+    )
+    # 11 GPUs end mid-node, so the job goes from 4 to 12 in one bundle
+    assert plan == {"j": {"t4": 12}}
+    assert all(d <= 4 or (n + d) % 4 == 0 for n, d in asked)
+    assert (4, 8) in asked and (4, 7) not in asked

@@ -6,9 +6,12 @@ not concave: the GPU that makes a job span one more node adds almost nothing (it
 cross-node synchronisation) while the next few add a lot, so a one-GPU-at-a-time greedy stops at
 every node boundary (a lone ImageNet job stayed on 4 of 64 GPUs). So, if asked, once no single
 GPU scores above zero a second pass scores each pair by the best average marginal over a bundle of
-1..`lookahead` more GPUs and gives the winner the whole bundle. A job's scores are recomputed
-only after it gains GPUs (a lazy max-heap), so a round costs O((jobs + GPUs) x kinds x
-lookahead) evaluations of the policy's scoring function.
+1..`lookahead` more GPUs and gives the winner the whole bundle. Where the node sizes are given,
+a bundle larger than one node ends on a node boundary (a consolidated job fills the nodes it
+spans; the nodes left whole stay whole for others), so a job can reach across many nodes at the
+price of one evaluation per node. A job's scores are recomputed only after it gains GPUs (a lazy
+max-heap), so a round costs O((jobs + GPUs) x kinds x candidate bundles) evaluations of the
+policy's scoring function.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ def waterfill(
     max_gpus: Callable[[JobRun], int],
     lookahead: int = 1,
     bundle_score: BundleScore | None = None,
+    per_node: Counts | None = None,
 ) -> dict[str, Counts]:
     """Per-job GPU counts by kind. `jobs` is in priority order; `free` GPUs per kind.
 
     `lookahead` is the largest bundle of the second pass (1: no second pass). 4, one node of
     every cluster preset, lets a job cross one node boundary. A bundle is valued by
     `bundle_score` where given (a policy that gates GPUs by their gain can then gate the bundle
-    as a whole), else by the mean of its GPUs' one-at-a-time scores.
+    as a whole), else by the mean of its GPUs' one-at-a-time scores. `per_node` (GPUs per node
+    of each kind): bundles of `bundle_score` past one node must end on a node boundary.
     """
     left = dict(free)
     plan: dict[str, Counts] = {}
@@ -60,11 +65,14 @@ def waterfill(
         room = max_gpus(job) - sum(counts.values())
         for kind, n in left.items():
             best, total, more = (0.0, 0), 0.0, dict(counts)
+            size = per_node.get(kind, bundle) if per_node else bundle
             for d in range(1, min(bundle, n, room) + 1):
                 if bundle_score is None or d == 1:
                     total += score(job, more, kind, left)
                     more[kind] = more.get(kind, 0) + 1
                     value = total / d
+                elif d > size and (counts.get(kind, 0) + d) % size:
+                    continue  # past one node, only bundles that fill their last node
                 else:
                     value = bundle_score(job, counts, kind, d, left)
                 if value > best[0]:

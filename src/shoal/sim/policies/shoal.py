@@ -4,13 +4,17 @@ It re-plans every tick like Pollux, but:
 - heterogeneity-aware: it plans per GPU kind with each kind's measured speed for the job's
   application, so a kind goes to the jobs it speeds up most (comparative advantage), and it
   splits each job's batch across kinds in proportion to speed;
-- cost-aware: marginal goodput is weighed per dollar of the cheapest tier that has room, and a GPU
-  is only added while it still returns at least `min_marginal` of its nominal speed as goodput,
-  so GPUs past the knee of a job's scaling curve stay unbilled;
+- cost-aware: a GPU (or a bundle of them) goes to a job only if it lowers the job's cost x time
+  (`cost_time_falls`), with the GPUs priced at the tier they would be billed at (spot while it
+  has room, then on-demand), and only while it returns at least `min_marginal` of its nominal
+  speed as goodput, so GPUs past the knee of a job's scaling curve stay unbilled;
 - spot-aware: elastic jobs fill spot nodes first (a revocation only shrinks them); gangs go on
   on-demand nodes first (a revocation would restart them from a checkpoint);
 - it favours jobs with little attained service (a least-attained-service weight, as Tiresias),
-  which needs no knowledge of job length, and rescales elastic jobs in place.
+  which needs no knowledge of job length, and rescales elastic jobs in place;
+- GPUs nobody wants one at a time (an idle cluster) go out in bundles that may span many nodes,
+  chosen from the job's own speedup curve by the same cost x time rule: a curve that dips at a
+  node boundary and recovers nodes later is crossed when the recovery pays.
 """
 
 from __future__ import annotations
@@ -32,9 +36,12 @@ class ShoalPolicy:
     min_change: float = 0.1  # resize a running job only if its planned speedup moves this much
     min_marginal: float = 0.05  # a GPU must add this fraction of its nominal speed as goodput
     las_scale_gpu_s: float = 3600.0  # attained service at which a job's weight halves
-    price_exponent: float = 0.3  # marginal goodput is divided by price ** this (0: ignore price)
+    # an extra price weight in the ranking (marginal goodput / price ** this); 0: price enters
+    # only through the cost x time rule (0.3 put cheap slow GPUs ahead of dear fast ones on mixed
+    # spot clusters: docs/notes/sim-fidelity.md, section 8)
+    price_exponent: float = 0.0
     max_gpus_per_job: int = 64
-    lookahead: int = 4  # a bundle of up to one node's GPUs may cross a node boundary (fill.py)
+    lookahead: int = 64  # the largest bundle; past one node a bundle fills whole nodes (fill.py)
     name: str = "shoal"
     periodic: bool = True
     inplace_rescale: bool = True
@@ -68,16 +75,30 @@ class ShoalPolicy:
             nodes = nodes_needed(counts, per_node)
             return best_batch(job.spec.app, counts, nodes, job.progress)[1]
 
+        def held_usd(counts: dict[str, int], left: dict[str, int]) -> float:
+            """USD per hour of a job's GPUs so far in the fill, each kind's at the mean price of
+            the GPUs of that kind handed out (spot first)."""
+            usd = 0.0
+            for kind, n in counts.items():
+                out = free[kind] - left[kind]
+                spot = min(out, spot_free.get(kind, 0))
+                mean = spot * marginal_price(kind, 1) + (out - spot) * marginal_price(kind, 0)
+                usd += n * mean / max(out, 1)
+            return usd
+
         plan = waterfill(
             elastic,
             free,
             lambda job, left: self._first_kind(job, left, {k: room(k, left) for k in left}),
-            lambda job, counts, kind, left: self._score(job, counts, kind, rate, room(kind, left)),
+            lambda job, counts, kind, left: self._score(
+                job, counts, kind, rate, room(kind, left), 1, held_usd(counts, left)
+            ),
             lambda j: self.max_gpus_per_job,
             lookahead=self.lookahead,
             bundle_score=lambda job, counts, kind, d, left: self._score(
-                job, counts, kind, rate, room(kind, left), d
+                job, counts, kind, rate, room(kind, left), d, held_usd(counts, left)
             ),
+            per_node=per_node,
         )
         # keep running jobs whose plan barely changes their speed (a rescale is not free)
         keep = []
@@ -110,12 +131,20 @@ class ShoalPolicy:
         )
 
     def _score(
-        self, job: JobRun, counts: dict[str, int], kind: str, rate, spot_room: int, d: int = 1
+        self,
+        job: JobRun,
+        counts: dict[str, int],
+        kind: str,
+        rate,
+        spot_room: int,
+        d: int = 1,
+        held_usd: float = 0.0,
     ) -> float:
         """Value per GPU of `d` more GPUs of `kind`; 0 unless together they return at least
         `min_marginal` of their nominal speed and the last of them does alone (a bundle is gated
         as a whole: the GPU that crosses a node boundary gains little alone, the next ones a
-        lot)."""
+        lot), and unless they lower the job's cost x time (`held_usd`: what the job's GPUs cost
+        now)."""
         now = rate(job, counts)
         more = dict(counts)
         more[kind] = more.get(kind, 0) + d
@@ -125,14 +154,16 @@ class ShoalPolicy:
         least = self.min_marginal * speed * base
         if new - now < least * d:
             return 0.0
+        # the bundle's mean price per GPU: spot while the kind's spot room lasts
+        price = sum(marginal_price(kind, spot_room - i) for i in range(d)) / d
         if d > 1:  # ... and its last GPU still pays alone (no useless GPUs ride along)
             more[kind] -= 1
             if new - rate(job, more) < least:
                 return 0.0
+        if not cost_time_falls(now, new, held_usd, price * d):
+            return 0.0
         weight = 1.0 / (1.0 + job.gpu_s / self.las_scale_gpu_s)
         gain = (base / now - base / new) / d
-        # the bundle's mean price per GPU: spot while the kind's spot room lasts
-        price = sum(marginal_price(kind, spot_room - i) for i in range(d)) / d
         return weight * gain / price**self.price_exponent
 
     def _place(
@@ -171,6 +202,21 @@ class ShoalPolicy:
     @staticmethod
     def _free(view: ClusterView, kind: str, tier: str) -> int:
         return sum(view.free[i] for i in view.nodes_of(kind, tier))
+
+
+def cost_time_falls(rate: float, new_rate: float, usd_per_hour: float, added_usd: float) -> bool:
+    """Whether GPUs costing `added_usd` per hour, which move a job's goodput from `rate` to
+    `new_rate`, lower the product of its cost and its time to finish.
+
+    With W work left, the job finishes in W / rate and pays usd_per_hour x W / rate, so the
+    product is W^2 usd_per_hour / rate^2 and the GPUs pay iff (new_rate / rate)^2 exceeds the
+    ratio of the new to the old price per hour. To first order: the fraction of time they save
+    is at least the fraction of cost they add, i.e. they return, per dollar, at least half the
+    goodput per dollar of the GPUs the job holds. Relative time and relative cost count alike,
+    so the rule needs no exchange rate between hours and dollars: it is the same on a cheap
+    cluster and a dear one, on spot and on-demand, and a GPU on a dearer tier must earn more.
+    """
+    return new_rate * new_rate * usd_per_hour > rate * rate * (usd_per_hour + added_usd)
 
 
 def _room(view: ClusterView) -> tuple[dict[str, int], dict[str, int]]:
