@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def deadline_s(text: str) -> float:
-    from shoal.config import parse_duration
+    from shoal.config.provider import parse_duration
 
     return parse_duration(text, "--deadline")
 

@@ -6,7 +6,8 @@ import pathlib
 import pytest
 
 from shoal.cli import main
-from shoal.config import ProviderConfig, parse_duration, parse_usd
+from shoal.config import ProviderConfig
+from shoal.config.provider import parse_duration, parse_usd
 from shoal.errors import UserError
 from shoal.launcher.autoscale import split_tiers
 

@@ -1,0 +1,230 @@
+"""Servers bought from a provider (issue 14), as configured: `ProviderConfig` and the parsers
+of its values (durations, amounts in USD, KIND:TIER). Pure: no torch, no argparse."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+
+from shoal.config.fields import at_least, option
+from shoal.errors import UserError
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h)?")
+_UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+TIER_NAMES = ("on_demand", "spot")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """`45m`, `2h`, `900s` or `900` (seconds) -> seconds; one line naming the flag otherwise."""
+    m = _DURATION.fullmatch(text.strip().lower())
+    if not m or not float(m[1]) > 0:
+        raise UserError(f"{flag}: expected a duration such as 45m, 2h or 900s, got {text!r}")
+    return float(m[1]) * _UNITS[m[2]]
+
+
+def parse_usd(text: str, flag: str) -> float:
+    """`2.50usd`, `$2.5` or `2.5` -> 2.5."""
+    raw = text.strip().lower().removeprefix("$").removesuffix("usd").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise UserError(f"{flag}: expected an amount such as 2.50usd, got {text!r}")
+    return value
+
+
+def _kind_tier(text: str, flag: str) -> tuple[str, str]:
+    kind, _, tier = text.strip().lower().partition(":")
+    tier = tier.replace("-", "_") or "on_demand"
+    if not kind or tier not in TIER_NAMES:
+        raise UserError(f"{flag}: expected KIND:TIER (tier on_demand or spot), got {text!r}")
+    return kind, tier
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    """Servers bought from a provider (issue 14): the emulated local one, its spot revocations,
+    the autoscaler's goal. All times are emulated seconds (`time_scale` of them per wall second),
+    prices USD per emulated hour. Without `--provider` none of this is used."""
+
+    name: str | None = field(
+        default=None,
+        metadata=option(
+            "--provider",
+            "buy the workers from a provider: local (emulated, with spot revocations)",
+            choices=("local",),
+        ),
+    )
+    autoscale: bool = field(
+        default=False,
+        metadata=option("--autoscale", "let the scaler choose the mix of servers (needs a goal)"),
+    )
+    deadline: str | None = field(
+        default=None,
+        metadata=option(
+            "--deadline", "autoscale: the cheapest mix finishing by then", metavar="DURATION"
+        ),
+    )
+    budget: str | None = field(
+        default=None,
+        metadata=option(
+            "--budget", "autoscale: the fastest mix spending at most this", metavar="AMOUNT"
+        ),
+    )
+    spot_lifetimes: str | None = field(
+        default=None,
+        metadata=option(
+            "--spot-lifetimes",
+            "spot lifetime models per kind, e.g. k80:gce,v100:p3 (default gce)",
+            metavar="SPEC",
+        ),
+    )
+    spot_trace: str | None = field(
+        default=None,
+        metadata=option(
+            "--spot-trace", "spot lifetimes from a trace file (Bamboo or kind,lifetime_s)",
+            metavar="FILE",
+        ),
+    )  # fmt: skip
+    kinds: str | None = field(
+        default=None,
+        metadata=option(
+            "--kinds", "kinds the scaler may buy (default: those of --workers)", metavar="KINDS"
+        ),
+    )
+    time_scale: float = field(
+        default=1.0,
+        metadata=option(
+            "--time-scale", "emulated seconds per wall second (default 1)", metavar="X"
+        ),
+    )
+    max_servers: int = field(
+        default=8, metadata=option("--max-servers", "at most N servers at once", metavar="N")
+    )
+    scale_every_s: float = field(
+        default=600.0,
+        metadata=option(
+            "--scale-every", "re-decide the mix every S emulated seconds", metavar="SECONDS"
+        ),
+    )
+    startup_s: float = field(
+        default=60.0,
+        metadata=option(
+            "--startup", "emulated seconds from a request to a ready server", metavar="SECONDS"
+        ),
+    )
+    notice: str = field(
+        default="30",
+        metadata=option(
+            "--notice",
+            "emulated seconds of warning before a spot revocation, or none",
+            metavar="SECONDS|none",
+        ),
+    )
+    quota: tuple[str, ...] = field(
+        default=(),
+        metadata=option(
+            "--quota", "at most N servers of a kind and tier (repeatable)", metavar="KIND:TIER=N"
+        ),
+    )
+    outages: tuple[str, ...] = field(
+        default=(),
+        metadata=option(
+            "--outage",
+            "no capacity of a kind and tier from A to B emulated seconds (repeatable)",
+            metavar="KIND:TIER:A-B",
+        ),
+    )
+    seed: int = field(
+        default=0,
+        metadata=option("--provider-seed", "seed of the revocations (default 0)", metavar="N"),
+    )
+    recovery: str = field(
+        default="peers",
+        metadata=option(
+            "--recovery",
+            "after a revocation: peers (the survivors go on, shoal's own) or restart (every "
+            "worker stops and the job restarts on fresh servers from the last durable "
+            "checkpoint, as SkyPilot's managed spot does)",
+            choices=("peers", "restart"),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quota", tuple(self.quota))
+        object.__setattr__(self, "outages", tuple(self.outages))
+        if self.name is None:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            if any(getattr(self, k) != v for k, v in defaults.items()):
+                raise UserError("--autoscale and the provider flags need --provider local")
+            return
+        if self.name != "local":
+            raise UserError(f"--provider: unknown provider {self.name!r} (known: local)")
+        if self.deadline is not None and self.budget is not None:
+            raise UserError("--deadline and --budget: give one goal, not both")
+        goal = self.deadline_s is not None or self.budget_usd is not None
+        if self.autoscale and not goal:
+            raise UserError("--autoscale needs a goal: --deadline DURATION or --budget AMOUNT")
+        if goal and not self.autoscale:
+            raise UserError("--deadline and --budget are the scaler's goal: add --autoscale")
+        if not self.time_scale > 0 or math.isinf(self.time_scale):
+            raise UserError(f"--time-scale must be > 0, got {self.time_scale}")
+        if self.recovery not in ("peers", "restart"):
+            raise UserError(f"--recovery must be peers or restart, got {self.recovery!r}")
+        if self.recovery == "restart" and self.autoscale:
+            raise UserError("--recovery restart holds the --workers mix: drop --autoscale")
+        at_least(self.max_servers, 1, "--max-servers")
+        at_least(self.startup_s, 0, "--startup")
+        if not self.scale_every_s > 0:
+            raise UserError(f"--scale-every must be > 0 seconds, got {self.scale_every_s}")
+        self.notice_s, self.quota_map, self.outage_list  # noqa: B018 (each checks its flag)
+
+    @property
+    def deadline_s(self) -> float | None:
+        return None if self.deadline is None else parse_duration(self.deadline, "--deadline")
+
+    @property
+    def budget_usd(self) -> float | None:
+        return None if self.budget is None else parse_usd(self.budget, "--budget")
+
+    @property
+    def notice_s(self) -> float | None:
+        if self.notice.strip().lower() == "none":
+            return None
+        try:
+            value = float(self.notice)
+        except ValueError:
+            value = math.nan
+        if not value >= 0:
+            raise UserError(f"--notice: expected seconds or none, got {self.notice!r}")
+        return value
+
+    @property
+    def kind_list(self) -> tuple[str, ...]:
+        return tuple(k.strip().lower() for k in (self.kinds or "").split(",") if k.strip())
+
+    @property
+    def quota_map(self) -> dict[tuple[str, str], int]:
+        out = {}
+        for item in self.quota:
+            key, _, n = item.partition("=")
+            if not n.strip().isdigit():
+                raise UserError(f"--quota: expected KIND:TIER=N, got {item!r}")
+            out[_kind_tier(key, "--quota")] = int(n)
+        return out
+
+    @property
+    def outage_list(self) -> tuple[tuple[str, str, float, float], ...]:
+        out = []
+        for item in self.outages:
+            key, _, span = item.rpartition(":")
+            a, _, b = span.partition("-")
+            try:
+                lo, hi = float(a), float(b)
+            except ValueError:
+                raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None
+            out.append((*_kind_tier(key, "--outage"), lo, hi))
+        return tuple(out)

@@ -1,0 +1,140 @@
+"""Training across slow links (issue 15), as configured: `SlowLinkConfig` and the check of a
+site spec. Pure: no torch, no argparse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shoal.config.fields import option
+from shoal.errors import UserError
+
+
+@dataclass(frozen=True)
+class SlowLinkConfig:
+    """Training across slow links (issue 15): which workers share a site, and how the sites'
+    sums cross the links between them. Inside a site the exact dense sum runs as always;
+    across sites either each site's leader sends a sparse message with error feedback every
+    step (`--compress`, `runtime/sites.py`), or every site takes H optimizer steps on its own
+    sum and then one outer Nesterov step on the sites' averaged pseudo-gradient (`--local-steps
+    H`, DiLoCo, `runtime/local_update.py`). Neither set (the default): nothing changes."""
+
+    sites: str | None = field(
+        default=None,
+        metadata=option(
+            "--sites",
+            "worker indices per site, e.g. 0,1/2,3 (default: one site; under torchrun one "
+            "site per node); a worker the spec does not name joins site (index mod sites)",
+            metavar="SPEC",
+        ),
+    )
+    compress: str = field(
+        default="none",
+        metadata=option(
+            "--compress",
+            "across sites: none, topk:KEEP, blocktopk:KEEP (KEEP in (0, 1)), or auto (the "
+            "bandwidth controller picks KEEP each step)",
+            metavar="MODE",
+        ),
+    )
+    sparse_optim: str = field(
+        default="lazy",
+        metadata=option(
+            "--sparse-optim",
+            "with --compress: lazy (only the entries the merged update touched change, their "
+            "optimizer state too; SGD, Adam, AdamW) or dense (the job's optimizer as it is); "
+            "default lazy",
+            metavar="KIND",
+        ),
+    )
+    pipeline: bool = field(
+        default=False,
+        metadata=option(
+            "--pipeline",
+            "with --compress topk/blocktopk: staleness 1, step t's exchange across sites runs "
+            "under step t+1's compute and its update is applied at the end of step t+1",
+        ),
+    )
+
+    local_steps: int | None = field(
+        default=None,
+        metadata=option(
+            "--local-steps",
+            "local-update mode: H inner steps per site, then one outer step (default: off)",
+            metavar="H",
+        ),
+    )
+    outer_lr: float = field(
+        default=0.7,
+        metadata=option(
+            "--outer-lr", "local-update mode: outer learning rate (default 0.7)", metavar="LR"
+        ),
+    )
+    outer_momentum: float = field(
+        default=0.9,
+        metadata=option(
+            "--outer-momentum",
+            "local-update mode: outer Nesterov momentum (default 0.9)",
+            metavar="MU",
+        ),
+    )
+    outer_overlap: int | None = field(
+        default=None,
+        metadata=option(
+            "--outer-overlap",
+            "local-update mode: the outer exchange runs under the next D inner steps, "
+            "1 <= D <= H (default: off, the sites wait for it)",
+            metavar="D",
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        # the grammar only (config imports nothing but errors); `control.bandwidth`'s
+        # parse_compress / parse_sites give the worker its parsed values
+        mode, _, keep = self.compress.partition(":")
+        if mode in ("none", "auto") and not keep and not _:
+            pass
+        elif mode in ("topk", "blocktopk") and keep:
+            try:
+                ratio = float(keep)
+            except ValueError:
+                raise UserError(f"--compress {self.compress}: KEEP must be a number") from None
+            if not 0.0 < ratio < 1.0:
+                raise UserError(f"--compress keep ratio must be in (0, 1), got {keep}")
+        else:
+            raise UserError(
+                f"--compress must be none, topk:KEEP, blocktopk:KEEP or auto, got {self.compress!r}"
+            )
+        if self.sparse_optim not in ("lazy", "dense"):
+            raise UserError(f"--sparse-optim must be lazy or dense, got {self.sparse_optim!r}")
+        if self.sites is not None:
+            _check_sites(self.sites)
+        # local-update mode: the same words as control.bandwidth.validate_slow_link
+        h = self.local_steps
+        if h is not None and (int(h) != h or h < 1):
+            raise UserError(f"--local-steps: local steps H must be an integer >= 1, got {h}")
+        if not self.outer_lr > 0:
+            raise UserError(f"--outer-lr must be > 0, got {self.outer_lr}")
+        if not 0 <= self.outer_momentum < 1:
+            raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
+        if self.pipeline and not self.compress.startswith(("topk:", "blocktopk:")):
+            raise UserError("--pipeline needs --compress topk:KEEP or blocktopk:KEEP")
+        d = self.outer_overlap
+        if d is not None and (h is None or int(d) != d or not 1 <= d <= h):
+            raise UserError(f"--outer-overlap D needs --local-steps H and 1 <= D <= H, got {d}")
+        if h is not None and self.compress != "none":
+            raise UserError("--local-steps and --compress: choose one way across the links")
+
+
+def _check_sites(spec: str) -> None:
+    """A site spec names workers 0..n-1, each in exactly one site, every site non-empty."""
+    seen: list[int] = []
+    for i, part in enumerate(spec.split("/")):
+        names = [w.strip() for w in part.split(",") if w.strip()]
+        if not names:
+            raise UserError(f"--sites: site {i} of {spec!r} names no worker")
+        try:
+            seen += [int(w) for w in names]
+        except ValueError:
+            raise UserError(f"--sites {spec!r}: workers are indices, got {part!r}") from None
+    if sorted(seen) != list(range(len(seen))):
+        raise UserError(f"--sites {spec!r} must name workers 0..{len(seen) - 1}, each once")
