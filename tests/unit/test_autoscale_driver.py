@@ -7,9 +7,8 @@ import pytest
 
 from shoal.cli import main
 from shoal.config import ProviderConfig
-from shoal.config.provider import parse_duration, parse_usd
+from shoal.config.provider import parse_duration, parse_usd, split_tiers
 from shoal.errors import UserError
-from shoal.launcher.autoscale import split_tiers
 
 DIGITS = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits.py")
 PROVIDER = ["--provider", "local"]

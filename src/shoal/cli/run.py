@@ -8,6 +8,7 @@ import time
 
 from shoal.cli.flags import add_flags, from_args
 from shoal.config import EmulationConfig, LaunchConfig, RunConfig
+from shoal.config.provider import split_tiers
 
 # `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
 # (its directory stands in for --out), so --out is no longer required.
@@ -63,8 +64,6 @@ def worker_kinds(workers: str, config: RunConfig) -> str:
     """--workers without its tiers (`k80:spot`: a spot server, with --provider only)."""
     if not config.provider.name:
         return workers
-    from shoal.launcher.autoscale import split_tiers
-
     return split_tiers(workers)[0]
 
 
@@ -82,8 +81,6 @@ def _run(args: argparse.Namespace) -> int:
             devices.kind(e.kind)
     tiers = []
     if config.provider.name:
-        from shoal.launcher.autoscale import split_tiers
-
         tiers = split_tiers(args.workers)[1]
     spec = RunSpec(config, devices.parse_workers(worker_kinds(args.workers, config)), events, tiers)
     result = run_local(spec, verbose=args.verbose)

@@ -44,6 +44,20 @@ def _kind_tier(text: str, flag: str) -> tuple[str, str]:
     return kind, tier
 
 
+def split_tiers(workers: str) -> tuple[str, list[str]]:
+    """`2xk80:spot,v100` -> ("2xk80,v100", ["spot", "spot", "on_demand"])."""
+    plain, tiers = [], []
+    for item in (s.strip() for s in workers.split(",")):
+        body, _, tier = item.partition(":")
+        tier = tier.strip().lower().replace("-", "_") or "on_demand"
+        if tier not in TIER_NAMES:
+            raise UserError(f"--workers: bad tier in {item!r} (on_demand or spot)")
+        count = re.match(r"\s*(\d+)\s*[x*]", body)
+        tiers += [tier] * (int(count[1]) if count else 1)
+        plain.append(body)
+    return ",".join(plain), tiers
+
+
 @dataclass(frozen=True)
 class ProviderConfig:
     """Servers bought from a provider (issue 14): the emulated local one, its spot revocations,

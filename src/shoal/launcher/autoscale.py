@@ -32,9 +32,7 @@ few micro-batches of the job itself (`estimate_host_s`) for the goal's feasibili
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import re
 import statistics
 import time
 from collections import deque
@@ -62,29 +60,16 @@ from shoal.metrics import (
     LeaseLine,
     MembershipEvent,
     StepLine,
+    read_metrics,
 )
 from shoal.runtime.checkpoint import latest_checkpoint_step
-from shoal.runtime.outputs import append_line
+from shoal.runtime.outputs import append_line, write_json_atomic
 from shoal.sim.scenario import Scenario, kind_slowdowns
 
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
 MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
 STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
-
-
-def split_tiers(workers: str) -> tuple[str, list[str]]:
-    """`2xk80:spot,v100` -> ("2xk80,v100", ["spot", "spot", "on_demand"])."""
-    plain, tiers = [], []
-    for item in (s.strip() for s in workers.split(",")):
-        body, _, tier = item.partition(":")
-        tier = tier.strip().lower().replace("-", "_") or "on_demand"
-        if tier not in ("on_demand", "spot"):
-            raise UserError(f"--workers: bad tier in {item!r} (on_demand or spot)")
-        count = re.match(r"\s*(\d+)\s*[x*]", body)
-        tiers += [tier] * (int(count[1]) if count else 1)
-        plain.append(body)
-    return ",".join(plain), tiers
 
 
 def goal_of(cfg: ProviderConfig) -> Goal:
@@ -162,10 +147,9 @@ class Driver:
     def _carry(self) -> Carried:
         """--resume: the earlier attempts' lease and cost records, so the ledger goes on."""
         path = pathlib.Path(self.spec.config.out) / METRICS_FILE
-        text = path.read_text() if path.is_file() else ""
-        rows = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
-        leases = [r for r in rows if r.get("kind") == "lease"]
-        return carry_over(leases, [r["t_s"] for r in rows if r.get("kind") == "cost"])
+        records = list(read_metrics(path)) if path.is_file() else []
+        leases = [r.to_json() for r in records if isinstance(r, LeaseLine)]
+        return carry_over(leases, [r.t_s for r in records if isinstance(r, CostLine)])
 
     def now(self) -> float:
         """Emulated seconds since the first group formed (0 before): a local worker's process
@@ -579,16 +563,9 @@ class Driver:
                 "by_tier": dict(sorted(self.by_tier.items())),
                 "revocations": self.revocations,
             }
-            _write_atomic(path, json.dumps(result, indent=2) + "\n")
-        scenario = json.dumps(self.scenario().to_json(), indent=2)
-        _write_atomic(out / SCENARIO_FILE, scenario + "\n")
+            write_json_atomic(path, result)
+        write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
         self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def check_provider(spec, speeds, job, host_s: float | None) -> None:

@@ -74,6 +74,14 @@ def _float_bytes(values: list[float], device) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float64).view(torch.uint8).to(device)
 
 
+def _sum_int64(chunks: list[torch.Tensor]) -> torch.Tensor:
+    """The sites' int64 scalars (raw bytes, one chunk per site), summed in site order."""
+    summed = chunks[0].clone().view(torch.int64)
+    for chunk in chunks[1:]:
+        summed += chunk.clone().view(torch.int64)
+    return summed
+
+
 @dataclass(frozen=True)
 class Site:
     key: str  # stable across generations: the residuals are kept under it
@@ -211,18 +219,16 @@ class SiteExchange:
         if self.pipeline:
             self._prior = self.pending.get(key)  # applied at this step's end
             self.pending[key] = (keep, payload)
-            self.kept[key] = (step + 1, self._site_state(key))
-            return None, self._sum_scalars(rest)
         self.kept[key] = (step + 1, self._site_state(key))
+        if self.pipeline:
+            return None, self._sum_scalars(rest)
         mine = torch.cat([rest.view(torch.uint8), payload])
         chunks = [mine] if len(self.sites) == 1 else self._gather(mine, keep, compute_s)
         if len(self.sites) == 1:
             self.record = None
         width = rest.numel() * 8
-        summed = chunks[0][:width].clone().view(torch.int64)
-        for chunk in chunks[1:]:
-            summed += chunk[:width].clone().view(torch.int64)
-        return self._merge([c[width:] for c in chunks], keep, share.device), summed
+        merged = self._merge([c[width:] for c in chunks], keep, share.device)
+        return merged, _sum_int64([c[:width] for c in chunks])
 
     def _collective(self, fn, *args, **kwargs) -> None:
         """A collective on a site or leaders' group. On a peer's failure this worker lets go
@@ -322,25 +328,30 @@ class SiteExchange:
         prior = self._prior
         header = [float(prior is not None), prior[0] if prior else 0.0]
         mine = torch.cat([rest.view(torch.uint8), _float_bytes(header, rest.device)])
-        self._exposed_s = 0.0  # the seconds this step waited on the links
-        if num_sites == 1:
-            packet = mine
-        elif self.leaders is not None:
+        self._exposed_s = 0.0  # the seconds this step waited on the links (the leaders')
+        packet = mine
+        if num_sites > 1:
+            packet, self._exposed_s = self._gather_packets(mine)
+        chunks = packet.view(num_sites, -1)
+        self._headers = chunks[:, width:].clone().view(torch.float64).tolist()
+        return _sum_int64(list(chunks[:, :width]))
+
+    def _gather_packets(self, mine: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Every site's `mine`, in site order, on every worker: the leaders all-gather, then
+        each leader broadcasts the result in its site. Also the all-gather's seconds (0 off
+        the leaders)."""
+        num_sites, seconds = len(self.sites), 0.0
+        if self.leaders is not None:
             chunks = [torch.empty_like(mine) for _ in range(num_sites)]
             t0 = time.perf_counter()
             self._collective(dist.all_gather, chunks, mine, group=self.leaders)
-            self._exposed_s = time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
             packet = torch.cat(chunks)
         else:
-            packet = torch.empty(num_sites * mine.numel(), dtype=torch.uint8, device=rest.device)
-        if num_sites > 1 and self.site_group is not None:
+            packet = torch.empty(num_sites * mine.numel(), dtype=torch.uint8, device=mine.device)
+        if self.site_group is not None:
             self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
-        chunks = packet.view(num_sites, -1)
-        self._headers = chunks[:, width:].clone().view(torch.float64).tolist()
-        summed = chunks[0, :width].clone().view(torch.int64)
-        for chunk in chunks[1:]:
-            summed += chunk[:width].clone().view(torch.int64)
-        return summed
+        return packet, seconds
 
     def advance(self, device: torch.device) -> torch.Tensor | None:
         """Pipelined, once the step is usable (no overflow): the merged gradient of the packets
@@ -403,15 +414,7 @@ class SiteExchange:
         prior = self._prior
         mine = prior[1] if prior else torch.zeros(size, dtype=torch.uint8, device=device)
         assert mine.numel() == size
-        if self.leaders is not None:
-            chunks = [torch.empty_like(mine) for _ in range(num_sites)]
-            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
-            packet = torch.cat(chunks)
-        else:
-            packet = torch.empty(num_sites * size, dtype=torch.uint8, device=device)
-        if self.site_group is not None:
-            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
-        chunks = packet.view(num_sites, -1)
+        chunks = self._gather_packets(mine)[0].view(num_sites, -1)
         return self._merge([chunks[i] for i in holding], keep, device)
 
     def drop_in_flight(self) -> None:

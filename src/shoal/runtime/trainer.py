@@ -222,8 +222,7 @@ class Trainer:
         batch = plan.num_micro_batches * self.job.micro_batch_size
         if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
             self.reducer.load_state_dict(bounds)
-            factor = self.batch.lr_factor(batch, self._cap())
-        elif not outcome.update:  # --pipeline's first step: no earlier gradient to apply yet
+        if skip or not outcome.update:  # (--pipeline's first step: nothing to apply yet)
             factor = self.batch.lr_factor(batch, self._cap())
         else:
             factor = self._optimizer_step(batch)
