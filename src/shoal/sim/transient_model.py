@@ -28,8 +28,11 @@ the step is compute_s + local_update_s. This is why a V100 is far less than its 
 faster than a K80 here: its compute is short, so the servers' share of the cycle dominates
 and a few V100s already saturate one server.
 
-Every parameter comes from `fit`, a least-squares fit of log durations to measured runs
-(`shoal.sim.transient_data`); nothing is taken from the paper's text. The structure was chosen
+Every parameter comes from `fit`, a least-squares fit of log steady run times to measured runs
+(`shoal.sim.transient_data`); nothing is taken from the paper's text. A measured duration is
+that steady time plus the measurement's start offset (the evaluator's poll delay and the
+start-up, ~0 on average but +-20 s per run), so `duration_s` adds the offset measured on the
+fit's runs: a measurement, not a fitted knob. The structure was chosen
 by cross-validation inside the fit data (docs/notes/transient-model.md). A kind with no fitted
 compute time gets one from the device table: its position between the fitted kinds on Gavel's
 measured steps/s of ResNet-18 at batch 128, the workload nearest to the paper's ResNet-32.
@@ -38,6 +41,7 @@ measured steps/s of ResNet-18 at batch 128, the workload nearest to the paper's 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -58,12 +62,17 @@ class PSModel:
     service_sd_s: float  # spread of that time from update to update
     cycle_sd_s: float  # spread of one worker's cycle: how irregularly its updates arrive
     local_update_s: float  # a lone worker applying its own update (no parameter server)
+    # a measured duration's start offset: its evaluation curve's line at step 0 minus its step-0
+    # point (the mean over the fitted runs); part of the paper's Duration, not of training speed
+    offset_s: float = 0.0
 
     def __post_init__(self) -> None:
         values = [*self.compute_s.values(), self.latency_s, self.ps_service_s]
         values += [self.service_sd_s, self.cycle_sd_s]
         if min(values + [self.local_update_s]) < 0 or min(self.compute_s.values()) <= 0:
             raise ValueError("PS model times must be >= 0 (compute > 0)")
+        if not math.isfinite(self.offset_s):
+            raise ValueError("the PS model's offset must be finite")
 
     def compute(self, kind: str) -> float:
         try:
@@ -111,9 +120,13 @@ class PSModel:
     def steps_per_s(self, kinds: Sequence[str], num_ps: int) -> float:
         return sum(1.0 / t for t in self.step_times_s(kinds, num_ps))
 
-    def duration_s(self, m: Measurement) -> float:
-        """Predicted seconds for measurement `m`'s cluster to run its 64,000 steps."""
+    def steady_s(self, m: Measurement) -> float:
+        """Seconds for measurement `m`'s cluster to run 64,000 steps at its steady rate."""
         return TOTAL_STEPS / self.steps_per_s([m.kind] * m.num_workers, m.num_ps)
+
+    def duration_s(self, m: Measurement) -> float:
+        """Predicted measured duration of `m`'s runs: the steady time plus the start offset."""
+        return self.steady_s(m) + self.offset_s
 
     def with_kind_from_devices(self, kind: str) -> PSModel:
         """This model plus `kind`, placed between the fitted kinds by Gavel's measured speeds."""
@@ -161,9 +174,12 @@ def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
 
 
 def fit(rows: Sequence[Measurement]) -> PSModel:
-    """Least squares on log(predicted / measured mean duration), one residual per row."""
+    """Least squares on log(predicted / measured mean steady time), one residual per row; the
+    offset is the mean start offset over the rows' runs (every run counts once)."""
     from scipy.optimize import least_squares  # optional heavy import, only when fitting
 
+    if any(not r.steady_s for r in rows):
+        raise ValueError("fitting needs every row's steady times (its evaluation curves)")
     kinds = sorted({m.kind for m in rows})
     lone = any(m.num_ps == 0 for m in rows)
 
@@ -173,11 +189,11 @@ def fit(rows: Sequence[Measurement]) -> PSModel:
 
     def residuals(p) -> list[float]:
         m = model(p)
-        return [math.log(m.duration_s(r) / r.mean_s) for r in rows]
+        return [math.log(m.steady_s(r) / r.steady_mean_s) for r in rows]
 
     # start from each kind's measured seconds per step per worker
     compute = [
-        0.9 * min(r.mean_s * r.num_workers / TOTAL_STEPS for r in rows if r.kind == k)
+        0.9 * min(r.steady_mean_s * r.num_workers / TOTAL_STEPS for r in rows if r.kind == k)
         for k in kinds
     ]
     lower = [1e-6] * len(kinds) + [0.0] * 5
@@ -185,5 +201,6 @@ def fit(rows: Sequence[Measurement]) -> PSModel:
     # from several starts (latency 0, 20 and 50 ms) the fits of every split agree
     start = compute + [0.02, 0.02, 0.01, 0.015, 0.02 if lone else 0.0]
     fitted = model(least_squares(residuals, start, bounds=(lower, upper)).x)
+    offset = statistics.mean(o for r in rows for o in r.offsets_s)
     # with no lone-worker row the local update is not identified: say so with an exact 0
-    return fitted if lone else replace(fitted, local_update_s=0.0)
+    return replace(fitted, offset_s=offset, local_update_s=fitted.local_update_s if lone else 0.0)

@@ -17,6 +17,7 @@ configuration's measured mean +- 1 sample sd over its runs.
 import json
 import math
 import runpy
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import pytest
 from shoal.cli import main
 from shoal.errors import UserError
 from shoal.sim.transient import ClusterConfig, replicate_cluster
-from shoal.sim.transient_data import load_measurements
+from shoal.sim.transient_data import curve_split, load_measurements
 from shoal.sim.transient_fit import make_split, predict
 from shoal.sim.transient_model import fit
 from shoal.sim.transient_spec import parse_cluster
@@ -48,12 +49,27 @@ def test_fit_uses_no_held_out_row(name):
     split = make_split(name)
     held = {m.name for m in split.held_out}
     assert held and not held & {m.name for m in split.fit_rows}
-    # scaling every held-out duration 3x must leave the fitted model unchanged
-    rows = tuple(
-        replace(m, durations_s=tuple(3 * d for d in m.durations_s)) if m.name in held else m
-        for m in load_measurements()
-    )
+
+    # scaling every held-out run's times 3x must leave the fitted model unchanged
+    def scaled(m):
+        times = {f: tuple(3 * t for t in getattr(m, f)) for f in ("durations_s", "steady_s")}
+        return replace(m, **times, offsets_s=tuple(o + 99 for o in m.offsets_s))
+
+    rows = tuple(scaled(m) if m.name in held else m for m in load_measurements())
     assert make_split(name, rows).model() == split.model()
+
+
+def test_evaluation_curves_split_each_duration():
+    # a restarted run (two step-0 points) on an exact line: 0.1 s per step, 12 s start offset
+    points = [(0, 100.0), (0, 500.0)] + [(s, 512 + 0.1 * s) for s in range(4000, 68001, 4000)]
+    duration, steady, offset = curve_split(points)
+    assert (duration, steady, offset) == pytest.approx((6412, 6400, 12))
+    assert curve_split(points[:-2]) is None  # never reached 64,000 steps
+    for m in load_measurements():
+        assert len(m.steady_s) == len(m.offsets_s) == len(m.durations_s), m.name
+        # a duration is its line's end plus the last point's poll delay (< a minute)
+        gap = m.mean_s - m.steady_mean_s - statistics.mean(m.offsets_s)
+        assert abs(gap) < 35, (m.name, gap)
 
 
 def test_size_split_predicts_eight_workers():
@@ -62,7 +78,8 @@ def test_size_split_predicts_eight_workers():
     preds = {p.name: p for p in predict(split, spot_replays=300, seed=3)}
     within = {n for n, p in preds.items() if p.within_one_sd}
     assert within >= {"1ps8v", "2ps8v", "8-spot-r0", "8-spot (revocations)"}, preds
-    assert {n for n, p in preds.items() if p.within_one_sd is False} == {"2ps8k", "8-demand"}
+    assert within >= {"8-demand"}, preds  # a miss when fitted on durations (z -1.14)
+    assert {n for n, p in preds.items() if p.within_one_sd is False} == {"2ps8k"}
     for p in preds.values():
         assert abs(p.predicted_s / p.measured_mean_s - 1) < 0.05, p
 
