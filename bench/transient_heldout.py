@@ -2,8 +2,9 @@
 
 For each split (`size`: fit on 1-, 2- and 4-worker clusters, predict the 8-worker ones; `kind`:
 fit on K80 and V100, predict P100), fits the model on the fit side only, prints the fitted
-parameters, then one row per held-out cluster: measured mean +- sd over its runs, the
-prediction, the error and z = (prediction - mean) / sd. A markdown table unless --json.
+parameters (the start offset, measured on the fit side's runs, among them), then one row per
+held-out cluster: measured mean +- sd over its runs, the prediction, the error and
+z = (prediction - mean) / sd. A markdown table unless --json.
 Usage: python bench/transient_heldout.py [REPLAYS] [--json]   (REPLAYS: seeded runs for the
 spot cluster with revocations, default 400)
 """
@@ -45,6 +46,7 @@ def main(replays: int, as_json: bool) -> None:
             "service_sd_ms": round(model.service_sd_s * 1000, 2),
             "cycle_sd_ms": round(model.cycle_sd_s * 1000, 2),
             "local_update_ms": round(model.local_update_s * 1000, 2),
+            "offset_s": round(model.offset_s, 1),
         }
         fitted = [m.name for m in split.fit_rows]
         if as_json:

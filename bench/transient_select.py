@@ -12,10 +12,15 @@ Scores, none of which touches a held-out 8-worker row:
 Candidates: `smooth-max` (the earlier model: a jitter-blurred maximum of the unloaded cycle and
 the servers' bound), `mva` (exact Mean Value Analysis, exponential service, one queue of
 S/P), `mva-fj` (the same, waiting for the slowest of P independent queues: H_P times one
-queue's response), `kingman` (the shipped model: Kingman's heavy-traffic wait in a closed
-loop) and `kingman-fj` (the same with the fork-join factor H_P on the wait).
-Usage: python bench/transient_select.py [--json] [--quick] [CANDIDATE ...]   (all five: about
-10 s on one idle core; --quick scores in-sample only)
+queue's response), `kingman` (Kingman's heavy-traffic wait in a closed loop) and `kingman-fj`
+(the same with the fork-join factor H_P on the wait). These are fitted on the runs' durations.
+The Kingman loop fitted instead on the runs' steady times, a duration being that plus the start
+offset measured on the fit's runs, is `kingman-steady` (the shipped model: `fit`);
+`kingman-campaign` and `kingman-steady-campaign` add one factor on the on-demand campaign's
+step times (that campaign ran slower than the model at every fitted size).
+Every candidate is scored on durations (mean +- sd over runs), the quantity predicted.
+Usage: python bench/transient_select.py [--json] [--quick] [CANDIDATE ...]   (all eight: about
+15 s on one idle core; --quick scores in-sample only)
 """
 
 from __future__ import annotations
@@ -23,11 +28,14 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 
 from scipy.optimize import least_squares
 
 from shoal.sim.transient_data import TOTAL_STEPS, Measurement, load_measurements
 from shoal.sim.transient_model import fit
+
+PS_FIELDS = ("latency_s", "ps_service_s", "service_sd_s", "cycle_sd_s", "local_update_s")
 
 
 def _harmonic(p: int) -> float:
@@ -65,11 +73,42 @@ CANDIDATES = {
 }
 
 
+def _as_durations(rows: tuple[Measurement, ...]) -> tuple[Measurement, ...]:
+    """The rows with their durations standing in for steady times and no offset: `fit` on these
+    is the Kingman loop fitted on durations (the model shipped before the evaluation curves)."""
+    return tuple(replace(m, steady_s=m.durations_s, offsets_s=(0.0,)) for m in rows)
+
+
+def _with_campaign(rows: tuple[Measurement, ...]):
+    """`fit` plus one factor on the on-demand campaign's steady times, fitted jointly."""
+    first = fit(rows)
+    kinds = sorted(first.compute_s)
+    lone = any(m.num_ps == 0 for m in rows)
+
+    def model(x):
+        fields = dict(zip(PS_FIELDS, map(float, x[len(kinds) : -1]), strict=True))
+        return replace(first, compute_s=dict(zip(kinds, map(float, x), strict=False)), **fields)
+
+    def factor(m: Measurement, x) -> float:
+        return float(x[-1]) if m.tier == "on_demand" else 1.0
+
+    def residuals(x):
+        mod = model(x)
+        return [math.log(mod.steady_s(m) * factor(m, x) / m.steady_mean_s) for m in rows]
+
+    x0 = [first.compute_s[k] for k in kinds] + [getattr(first, f) for f in PS_FIELDS] + [1.0]
+    lower = [1e-6] * len(kinds) + [0.0] * 5 + [0.8]
+    upper = [10.0] * len(kinds) + [1.0] * 4 + [1.0 if lone else 1e-12, 1.2]
+    x = least_squares(residuals, x0, bounds=(lower, upper)).x
+    mod = model(x)
+    return lambda m: mod.steady_s(m) * factor(m, x) + mod.offset_s
+
+
 def fit_candidate(name: str, rows: tuple[Measurement, ...]):
     """Predicted duration (s) as a function of a measurement, fitted on `rows`."""
-    if name == "kingman":
-        model = fit(rows)
-        return model.duration_s
+    if name.startswith("kingman") and name != "kingman-fj":
+        base = rows if "steady" in name else _as_durations(rows)
+        return _with_campaign(base) if "campaign" in name else fit(base).duration_s
     step, extra = CANDIDATES[name]
     kinds = sorted({m.kind for m in rows})
     names = [*kinds, "latency", "service", "local", *extra]
@@ -137,7 +176,16 @@ def score(name: str, quick: bool = False) -> dict:
     return out
 
 
-NAMES = ["smooth-max", "mva", "mva-fj", "kingman", "kingman-fj"]
+NAMES = [
+    "smooth-max",
+    "mva",
+    "mva-fj",
+    "kingman",
+    "kingman-fj",
+    "kingman-campaign",
+    "kingman-steady",
+    "kingman-steady-campaign",
+]
 
 
 def main(as_json: bool, names: list[str] = NAMES, quick: bool = False) -> None:
