@@ -28,8 +28,9 @@ validation loss is <= the target. Where the models come from:
   two sites on the bed), writes one every --eval-every steps, hard-linked as it appears. Such
   a run is deterministic for a fixed assignment of micro-batches to sites (docs/consistency.md)
   and a fixed keep, H or staleness makes the link rate no part of it, so one replay per model
-  serves every rate; both runs pin the split (at most ceil(M / sites) micro-batches per worker)
-  and the row carries both final state_sha256: if they differ, the row is an error, not a time.
+  serves every rate. Every shoal run pins the split (at most ceil(M / sites) micro-batches per
+  worker: 1 of 2 here, what the planner picks anyway while the sites run at one speed), and
+  the row carries both final state_sha256: if they differ, the row is an error, not a time.
 - shoal-auto: from its timed run's own checkpoints (on the clock, as before): its keep follows
   the measured bandwidth, so a replay would not retrace it. The table's footnote says so.
 The target defaults to 1.02 x the dense DDP's final validation loss at the first rate (so
@@ -284,7 +285,7 @@ def table(rows: list[dict]) -> str:
 
 def footnote(rows: list[dict]) -> list[str]:
     """Where each side's validation curve came from (the timed run or a replay)."""
-    replayed = [r["side"] for r in rows if r.get("curve") == "replay"]
+    replayed = [r["side"] for r in rows if r.get("curve") == "replay" and "status" not in r]
     in_run = [r["side"] for r in rows if r.get("curve") == "in-run" and r["side"] in IN_RUN]
     notes = []
     if replayed:
@@ -351,7 +352,7 @@ def bench_model(bed, name, model, rates, sides, args, work, results) -> None:
             replayed_as = digests.get("replay_sha256")
             if replayed_as is not None and replayed_as != digests["state_sha256"]:
                 # the replay did not retrace the timed run: its curve is not this run's
-                rows[-1].update(time_to_target_s=None, target_step=None)
+                rows[-1].update(time_to_target_s=None, target_step=None, final_val_loss=None)
                 rows[-1]["status"] = "error: the replay's state_sha256 differs (no curve)"
         for r in rows:
             results.write(json.dumps(r) + "\n")
