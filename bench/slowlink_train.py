@@ -16,14 +16,27 @@ side trains the same job from the same initial weights and data order:
 
 A side whose flag this shoal does not have yet is reported "unavailable", not run.
 
-Validation: every --eval-every steps a side's model is set aside (DDP: copied to memory; shoal:
-its checkpoint, hard-linked as it appears) and evaluated after the run, off the clock. A
-side's training time is the sum of its step times (start-up and evaluation excluded); its time
-to target is that sum up to the first evaluated step whose validation loss is <= the target.
+Validation: a side's models every --eval-every steps are evaluated after the run, off the
+clock. A side's training time is the sum of its step times (start-up, evaluation and the end
+of run excluded); its time to target is that sum up to the first evaluated step whose
+validation loss is <= the target. Where the models come from:
+- ddp, powersgd: copied to memory during the timed run (outside the step's clock).
+- the shoal sides with a fixed trajectory (dense, blocktopk, blocktopk-pipe, local,
+  local-overlap): from a replay. Writing a checkpoint is not free (the steps after one took
+  100-150 ms more), so the timed run on the shaped link writes none but the final one (after
+  the last step, off the clock); a second run of the same job, on a fast link (FAST_MBIT, still
+  two sites on the bed), writes one every --eval-every steps, hard-linked as it appears. Such
+  a run is deterministic for a fixed assignment of micro-batches to sites (docs/consistency.md)
+  and a fixed keep, H or staleness makes the link rate no part of it, so one replay per model
+  serves every rate. Every shoal run pins the split (at most ceil(M / sites) micro-batches per
+  worker: 1 of 2 here, what the planner picks anyway while the sites run at one speed), and
+  the row carries both final state_sha256: if they differ, the row is an error, not a time.
+- shoal-auto: from its timed run's own checkpoints (on the clock, as before): its keep follows
+  the measured bandwidth, so a replay would not retrace it. The table's footnote says so.
 The target defaults to 1.02 x the dense DDP's final validation loss at the first rate (so
 "reached" also means "within 2 % of dense"); --target MODEL=LOSS fixes it. For shoal-local
-the models evaluated mid-run are site 0's (the sites meet every H steps; the final model is
-the one all sites share), so its curve is, if anything, pessimistic.
+the models evaluated mid-run are rank 0's site's (the sites meet every H steps; the final model
+is the one all sites share), so its curve is, if anything, pessimistic.
 
 Models (see docs/notes/local-update.md for why these sizes):
 - transformer: examples/transformer.py at dim 256 (1.6 M parameters, a 6.3 MB dense
@@ -68,6 +81,8 @@ from shoal.config import SlowLinkConfig  # noqa: E402
 from shoal.job import build_job, load_job_file, parse_options  # noqa: E402
 
 DDP_WORKER = HERE / "slowlink" / "ddp_train.py"
+FAST_MBIT = 10_000.0  # the replays' link: fast enough that it is not what bounds them
+IN_RUN = ("ddp", "powersgd", "shoal-auto")  # curves from the timed run itself (no replay)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,13 +148,18 @@ def side_argv(side: str, args) -> list[str] | None:
     return extra
 
 
-def worker_script(side: str, model: Model, steps: int, out: pathlib.Path, extra) -> list[str]:
+def worker_script(
+    side: str, model: Model, steps: int, out: pathlib.Path, extra, checkpoints: bool = True
+) -> list[str]:
+    """The worker's command line; a shoal side writes a checkpoint every eval_every steps only
+    with `checkpoints` (else the final one alone, after its last step)."""
     opts = [a for o in model.options for a in ("-o", o)]
     job = str(ROOT / model.job)
     common = [job, *opts, "--steps", str(steps), "--out", str(out)]
     if side in ("ddp", "powersgd"):
         return [str(DDP_WORKER), *common, "--eval-every", str(model.eval_every), *extra]
-    ckpt = ["--checkpoint-every", str(model.eval_every), "--checkpoint-seconds", "0"]
+    every = model.eval_every if checkpoints else 0
+    ckpt = ["--checkpoint-every", str(every), "--checkpoint-seconds", "0"]
     return ["-m", "shoal.worker", *common, *ckpt, *extra]
 
 
@@ -197,6 +217,14 @@ def curve(side: str, out: pathlib.Path) -> tuple[list[float], dict[int, dict]]:
     return times, states
 
 
+def final_digest(out: pathlib.Path) -> str:
+    """The state_sha256 that rank 0 wrote at the end of a shoal run."""
+    try:
+        return json.loads((out / "result.json").read_text())["state_sha256"]
+    except (OSError, ValueError, KeyError) as exc:  # a row's error, not the bench's end
+        raise RuntimeError(f"no state_sha256 in {out / 'result.json'}: {exc}") from exc
+
+
 def validation(model_name: str, model: Model):
     """(job, batches) to evaluate a model state on."""
     path = ROOT / model.job
@@ -236,11 +264,11 @@ def summarize(side: str, times: list[float], losses: dict[int, float], target: f
 
 
 def table(rows: list[dict]) -> str:
-    ddp = next((r for r in rows if r["side"] == "ddp" and "steps_per_s" in r), None)
+    ddp = next((r for r in rows if r["side"] == "ddp" and "status" not in r), None)
     head = "| side | steps/s | x DDP | time to target (s) | x DDP | final val loss | vs DDP |"
     out = [head, "|---|---|---|---|---|---|---|"]
     for r in rows:
-        if "steps_per_s" not in r:
+        if "status" in r:
             out.append(f"| {r['side']} | {r['status']} | | | | | |")
             continue
         t = r["time_to_target_s"]
@@ -252,39 +280,122 @@ def table(rows: list[dict]) -> str:
             f"{'not reached' if t is None else f'{t:.1f}'} | {tt or float('nan'):.2f} | "
             f"{r['final_val_loss']:.4f} | {gap:+.1%} |"
         )
-    return "\n".join(out)
+    return "\n".join(out + footnote(rows))
+
+
+def footnote(rows: list[dict]) -> list[str]:
+    """Where each side's validation curve came from (the timed run or a replay)."""
+    replayed = [r["side"] for r in rows if r.get("curve") == "replay" and "status" not in r]
+    in_run = [r["side"] for r in rows if r.get("curve") == "in-run" and r["side"] in IN_RUN]
+    notes = []
+    if replayed:
+        notes.append(
+            f"Curves of {', '.join(replayed)}: a replay with checkpoints every --eval-every "
+            "steps on a fast link, its final state_sha256 equal to the timed run's (which "
+            "wrote none)."
+        )
+    if "shoal-auto" in in_run:
+        notes.append(
+            "shoal-auto's curve: its timed run's own checkpoints (on its clock); its keep "
+            "follows the measured bandwidth, so a replay would not retrace it."
+        )
+    return ["", *notes] if notes else []
+
+
+@dataclasses.dataclass(frozen=True)
+class SideRun:
+    """One side of one model on the bed: what its runs (timed, replay) have in common."""
+
+    bed: SlowLinkBed
+    model_name: str
+    model: Model
+    side: str
+    steps: int
+    extra: tuple[str, ...]
+    work: pathlib.Path
+
+    def script(self, out: pathlib.Path, checkpoints: bool) -> list[str]:
+        return worker_script(self.side, self.model, self.steps, out, list(self.extra), checkpoints)
 
 
 def bench_model(bed, name, model, rates, sides, args, work, results) -> None:
     job, batches = validation(name, model)
-    target = args.targets.get(name)
+
+    def evaluate(states: dict[int, dict]) -> dict[int, float]:
+        return {s: val_loss(job, batches, st) for s, st in sorted(states.items())}
+
+    # shoal sides: at most ceil(M / sites) micro-batches per worker, so the split between the
+    # sites (which a compressed or local-update trajectory depends on) is the same in every run
+    pin = ("--max-micro-batches", str(-(-job.num_micro_batches // bed.num_sites)))
+    target, replays = args.targets.get(name), {}
     for rate in rates:
         bed.set_rate(rate)
         rows = []
         for side in sides:
+            row = {"model": name, "rate_mbit": rate, "side": side}
             extra = side_argv(side, args)
-            row = {"model": name, "rate_mbit": rate}
             if extra is None:
-                rows.append({**row, "side": side, "status": "unavailable (no such flag yet)"})
+                rows.append({**row, "status": "unavailable (no such flag yet)"})
                 continue
             steps = model.steps * (args.local_budget if side.startswith("shoal-local") else 1)
-            out = work / f"{name}-{rate:g}-{side}"
-            args.port += 1  # a fresh rendezvous port per job: the last one may linger
-            script = worker_script(side, model, int(steps), out, extra)
+            extra = tuple(extra) + (() if side in ("ddp", "powersgd") else pin)
+            run = SideRun(bed, name, model, side, int(steps), extra, work)
             try:
-                run_side(bed, script, out, args.port, args.side_timeout)
+                times, losses, digests = timed_and_curve(run, rate, args, evaluate, replays)
             except RuntimeError as exc:
-                rows.append({**row, "side": side, "status": f"failed: {str(exc)[-300:]}"})
+                rows.append({**row, "status": f"failed: {str(exc)[-300:]}"})
                 continue
-            times, states = curve(side, out)
-            losses = {s: val_loss(job, batches, st) for s, st in sorted(states.items())}
             if target is None and side == "ddp":  # within 2 % of dense DDP's final loss
                 target = 1.02 * losses[max(losses)]
             rows.append({**row, **summarize(side, times, losses, target or -math.inf)})
-            rows[-1]["val_curve"] = losses
+            rows[-1].update(digests, val_curve=losses)
+            replayed_as = digests.get("replay_sha256")
+            if replayed_as is not None and replayed_as != digests["state_sha256"]:
+                # the replay did not retrace the timed run: its curve is not this run's
+                rows[-1].update(time_to_target_s=None, target_step=None, final_val_loss=None)
+                rows[-1]["status"] = "error: the replay's state_sha256 differs (no curve)"
         for r in rows:
             results.write(json.dumps(r) + "\n")
         print(f"\n## {name} at {rate:g} Mbit/s (2 sites, 1 worker each)\n{table(rows)}", flush=True)
+
+
+def timed_and_curve(run: SideRun, rate, args, evaluate, replays) -> tuple[list, dict, dict]:
+    """One side's timed run at `rate`: its step times, its validation curve (from the run
+    itself, or from the side's replay, made once per model on a fast link) and the digests."""
+    out = run.work / f"{run.model_name}-{rate:g}-{run.side}"
+    replayed = run.side not in IN_RUN
+    run_side(run.bed, run.script(out, not replayed), out, next_port(args), args.side_timeout)
+    times, states = curve(run.side, out)
+    if run.side in ("ddp", "powersgd"):
+        return times, evaluate(states), {"curve": "in-run"}
+    digests = {"state_sha256": final_digest(out)}
+    if not replayed:
+        return times, evaluate(states), {**digests, "curve": "in-run"}
+    if run.side not in replays:  # the trajectory does not depend on the rate: one per model
+        replays[run.side] = replay(run, rate, args, evaluate)
+    if isinstance(replays[run.side], RuntimeError):
+        raise RuntimeError(f"replay: {replays[run.side]}")
+    digest, losses = replays[run.side]
+    return times, losses, {**digests, "replay_sha256": digest, "curve": "replay"}
+
+
+def replay(run: SideRun, rate, args, evaluate) -> tuple[str, dict] | RuntimeError:
+    """The side again with a checkpoint every eval_every steps, on a fast link: its final
+    digest and its validation curve (or the error, kept so later rates do not retry it)."""
+    out = run.work / f"{run.model_name}-replay-{run.side}"
+    run.bed.set_rate(FAST_MBIT)
+    try:
+        run_side(run.bed, run.script(out, True), out, next_port(args), args.side_timeout)
+        return final_digest(out), evaluate(curve(run.side, out)[1])
+    except RuntimeError as exc:
+        return exc
+    finally:
+        run.bed.set_rate(rate)
+
+
+def next_port(args) -> int:
+    args.port += 1  # a fresh rendezvous port per job: the last one may linger
+    return args.port
 
 
 def parse(argv):

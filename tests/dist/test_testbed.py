@@ -38,14 +38,22 @@ def test_teardown_runs_when_the_body_fails():
 @pytest.mark.skipif(REASON is not None, reason=REASON or "")
 def test_slowlink_train_smoke(tmp_path):
     """bench/slowlink_train.py --smoke: every side that this shoal has runs on the bed and
-    reports a throughput (the timing run itself is the benchmark's, not a test's)."""
+    reports a throughput (the timing run itself is the benchmark's, not a test's); a shoal
+    side's timed run writes no checkpoint before its last step, and its curve comes from a
+    replay that ends on the timed run's state_sha256."""
     import json
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    argv = [sys.executable, "bench/slowlink_train.py", "--smoke", "--sides", "ddp,shoal-dense"]
-    subprocess.run([*argv, "--out", str(tmp_path)], cwd=root, check=True, timeout=300)
+    sides = "ddp,shoal-dense,shoal-local"
+    argv = [sys.executable, "bench/slowlink_train.py", "--smoke", "--sides", sides]
+    subprocess.run([*argv, "--out", str(tmp_path)], cwd=root, check=True, timeout=400)
     rows = [json.loads(x) for x in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert {r["side"] for r in rows} == {"ddp", "shoal-dense"}
-    assert all(r["steps_per_s"] > 0 for r in rows)
+    assert {r["side"] for r in rows} == set(sides.split(","))
+    assert all(r["steps_per_s"] > 0 and "status" not in r for r in rows), rows
+    for r in rows[1:]:  # the shoal sides
+        assert r["curve"] == "replay" and r["state_sha256"] == r["replay_sha256"], r
+        assert len(r["val_curve"]) >= 2  # mid-run points, from the replay's checkpoints
+        timed = tmp_path / f"transformer-{r['rate_mbit']:g}-{r['side']}" / "checkpoints"
+        assert [p.name for p in timed.glob("ckpt-*.json")] == [f"ckpt-{r['steps']:09d}.json"]
