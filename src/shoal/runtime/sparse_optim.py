@@ -1,22 +1,36 @@
 """The lazy optimizer step for sparse merged updates (`--compress` with `--sparse-optim lazy`).
 
 With error feedback a site sends k entries of each tensor per step, so the merged update is
-zero on most entries, and an entry that is sent carries the sum of the gradients it gathered
+zero on most entries, and an entry that is sent carries the sum g of the gradients it gathered
 since it was last sent. A dense step moves every entry each step: AdamW decays the moments of
 the entries that got nothing and keeps stepping them on old moments, then normalises the one
 large accumulated value away (a whole residual moves an entry by about one learning rate).
 The lazy step (StellaTrain's CPU optimizer, torch's SparseAdam) changes only the entries the
 step's merged update touched (the union of the sites' sent indices, `SiteExchange.touched`):
 their weights and their optimizer state; the others keep every bit. It catches up: an entry
-last changed s steps ago receives the s steps that the dense optimizer would have taken on
-the mean gradient g/s, in closed form (measured: without this, lazy AdamW trains the
-transformer worse than dense; with it, at keep 0.05, as well as the uncompressed run).
+last changed s steps ago receives, in closed form, the s steps that the dense optimizer would
+have taken on s gradients whose sum is g (measured: without this, lazy AdamW trains the
+transformer worse than dense; with it, block top-k at keep 0.05 and 1/256 and `auto` reach
+the uncompressed run's target on the slow-link bed).
+
+Adam's catch-up needs the s gradients' mean square, which g does not carry: it lies between
+q^2 (q = g / s, Cauchy-Schwarz: the s gradients all equal) and, when they are independent
+noise around a small mean (|g| ~ sqrt(s) sigma), about g^2 / s = s q^2. The second moment is
+fed s q^2: s steps of noise move a dense Adam by a random walk of about sqrt(s) learning
+rates, and so does the catch-up (s steps of m / sqrt(v) ~ q / (|g| / sqrt(s)) = 1 / sqrt(s)).
+Feeding q^2 instead moved a fresh entry by s learning rates at once: after the gaps of
+hundreds of steps that keep 1/512 gives, the transformer diverged (`--compress auto`, val
+loss 21.7; docs/notes/slow-links.md). The residuals EF sends are noise-dominated (measured:
+the mean square over a gap is about s q^2 at keep 0.05), and an entry whose gradient is
+steady moves by sqrt(s) rather than s learning rates: slower than dense, never an overshoot.
+SGD needs no such estimate: its step is linear in the gradients, so s steps of q move an
+entry as the s real gradients would, up to their order inside the gap.
 
 Per touched entry, with the hyper-parameters read from the job's own optimizer's param_groups
 at every step (a scheduler's learning rate and the batch policy's factor apply as usual),
 q = g / s the mean gradient:
 - Adam / AdamW: x <- x (1 - lr wd)^s (AdamW) or q <- q + wd x (Adam);
-  m <- b1^s m + (1 - b1^s) q; v <- b2^s v + (1 - b2^s) q^2 (s steps of q);
+  m <- b1^s m + (1 - b1^s) q; v <- b2^s v + (1 - b2^s) s q^2 (s steps of mean square s q^2);
   x <- x - s lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t the tensor's step;
 - SGD: q <- q + wd x; with momentum mu and dampening d, the buffer after s steps of q,
   b_s = mu^s b + (1 - d) q (1 - mu^s) / (1 - mu), and x moves by lr times the sum of the s
@@ -154,7 +168,9 @@ class LazyStep:
         m, v = state["exp_avg"].view(-1), state["exp_avg_sq"].view(-1)
         d1, d2 = b1**s, b2**s
         mi = m[idx] * d1 + (1 - d1) * q
-        vi = v[idx] * d2 + (1 - d2) * q * q
+        # each of the s squares estimated as s q^2 = g^2 / s, not q^2 (the docstring): a noisy
+        # residual then moves the entry ~sqrt(s) learning rates, as a dense Adam's random walk
+        vi = v[idx] * d2 + (1 - d2) * (q * q * s)
         m[idx], v[idx] = mi, vi
         denom = vi.sqrt() / math.sqrt(1 - b2**t) + eps
         x[idx] = xi - (s * (lr / (1 - b1**t))) * mi / denom
