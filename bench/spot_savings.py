@@ -13,15 +13,14 @@ the measured one. The ICAC'19 transient-server data put VM up-time at 230-350 s 
 training it ran (`../shared/research/transient_spot.md`, §1, the cost model), Bamboo's
 simulator (whose g4dn lifetimes are replayed here) uses 45 s to create a spot server. (The
 earlier default, 1200 s, was an arbitrary choice; `--startup 1200` stays as the sensitivity
-value.) What the emulation adds to it are wall-clock costs that the time scale multiplies:
-a replacement worker's process start-up (importing torch: about 3.4 wall s on the quiet 2-core
-VM) overlaps its boot but cannot end before it, and a regroup (0.9-1.7 wall s) is a membership
-change's cost. At the old 360 they were 20 emulated minutes per boot whatever --startup said,
-and 6-10 emulated minutes per change, far beyond shoal's sub-second recovery on real servers;
-at 80 the process start-up (about 270 s) fits inside a 300 s boot and a change is 1-2
-emulated minutes. --host-s 0.9 keeps the emulated job of the earlier scenario (a v100
-micro-batch of 72 emulated s). The price: the emulated hours take 4.5x more wall time (a
-scaler run about 7 minutes, the full bench about 100 minutes alone on 2 cores).
+value.) What the emulation adds to it is a wall-clock cost that the time scale multiplies: a
+replacement worker's process start-up (importing torch: about 3.4 wall s on the quiet 2-core
+VM) overlaps its boot but cannot end before it. At the old scale of 360 that was 20 emulated
+minutes per boot whatever --startup said; at 80 it is about 270 s, inside a 300 s boot.
+--host-s 0.9 keeps the emulated job of the earlier scenario (a v100 micro-batch of 72
+emulated s). The price: the emulated hours take 4.5x more wall time (a scaler run about 7
+minutes, the full bench about 100 minutes alone on 2 cores). A membership change costs the
+regroup, 0.02-0.07 wall s (the prior's --change-s 0.05; the live runs measure their own).
 
 The scenario (the defaults): spot lifetimes from Bamboo's measured AWS g4dn trace
 (`--lifetimes g4dn`, shipped in `shoal/data/preemption/bamboo`: a node's median life is about
@@ -96,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--time-scale", type=float, default=80.0, help="emulated s per wall s")
     p.add_argument("--host-s", type=float, default=0.9, help="wall s per v100 micro-batch")
     p.add_argument("--overhead-s", type=float, default=0.04, help="prior: wall s per step")
-    p.add_argument("--change-s", type=float, default=0.9, help="prior: wall s per change")
+    p.add_argument("--change-s", type=float, default=0.05, help="prior: wall s per change")
     p.add_argument("--startup", type=float, default=300.0, help="emulated boot s (ICAC'19)")
     p.add_argument("--notice", default="30", help="emulated seconds of notice, or none")
     p.add_argument("--lifetimes", default="g4dn", help="lifetime model of every kind")
