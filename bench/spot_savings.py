@@ -40,13 +40,17 @@ Sides, per seed:
   cheapest, not the fastest of the near-cheapest, which would flatter the savings), run as a
   fixed `--workers` mix on the provider. Savings = 1 - mean scaler cost / mean on-demand cost
   over the seeds, both meeting the same deadline D;
-- `restart`: SkyPilot's managed spot, live (`--recovery restart`): the scaler's first mix held
-  (the same provider seed and kinds as the scaler run's, so the same first servers meet the
-  same revocations), and at ANY revocation every worker is stopped, every server given back,
-  the mix leased again (each new server pays --startup) and the job continues from the newest
-  durable checkpoint. Checkpoints every --checkpoint-every steps (default 12, about an emulated
-  hour at the prior's step time on 2 P100s) on every provider side; only restart and a scaler
-  run that loses every server at once ever read one.
+- `restart`: SkyPilot's managed spot, live (`--recovery restart`): the cheapest mix that meets
+  D held (the scaler's choice with the near-tie margin off: a managed spot job is sized once,
+  and the scaler's own first mix, the fastest of the near-cheapest, can be twice as many
+  servers, each revocation of which restarts the whole job), the same provider seed and kinds
+  as the scaler run's (a server's lifetime is keyed by its kind and slot: the first servers of
+  a kind meet the same revocations in both runs), and at ANY revocation every worker is
+  stopped, every server given back, the mix leased again (each new server pays --startup)
+  and the job continues from the newest durable checkpoint. Checkpoints every
+  --checkpoint-every steps (default 12, about an emulated hour at the prior's step time on 2
+  P100s) on every provider side; only restart and a scaler run that loses every server at
+  once ever read one.
 Plus one plain fixed run (no provider) of the same steps: the reference `state_sha256`.
 
 Per live run: emulated time (the last cost line's `t_s`), cost (`result.json` `cost.usd`),
@@ -258,10 +262,11 @@ def run_seed(args, seed: int, base: pathlib.Path, ref: str | None) -> list[dict]
         rows.append(row)
     if "restart" in args.side_list:
         out = base / f"seed{seed}" / "restart"
-        flags = ["--workers", workers_flag(spot_mix), *provider_flags(args, seed)]
+        held = cheapest_first_mix(prior_scenario(args, seed))
+        flags = ["--workers", workers_flag(held), *provider_flags(args, seed)]
         result = shoal(args, [*flags, "--recovery", "restart"], out)
         row = live_row("restart", seed, out, result, ref)
-        row["mix"] = spot_mix
+        row["mix"] = held
         rows.append(row)
     return rows
 
