@@ -36,6 +36,7 @@ import pathlib
 import statistics
 import time
 from collections import deque
+from dataclasses import replace
 
 from shoal.cluster.ledger import Carried, CostLedger, carry_over
 from shoal.cluster.provider import Lease, provider_from_config
@@ -127,6 +128,7 @@ class Driver:
         self.overhead: deque[float] = deque(maxlen=WINDOW)
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self.last_step_wall_s: float | None = None  # the last step line's step time (wall s)
+        self.joins: deque[float] = deque(maxlen=WINDOW)  # request -> admission, emulated s
         self._rates: dict[str, float] = {}
         self.started: float | None = None  # wall time the emulated clock started
         self.last_step_s: float | None = None  # emulated time the last step line was written
@@ -414,7 +416,7 @@ class Driver:
         goal = {"deadline_s": cfg.deadline_s} if cfg.deadline else {"budget_usd": cfg.budget_usd}
         provider = {
             "kinds": list(cfg.kind_list), "seed": cfg.seed, "spot_lifetimes": cfg.spot_lifetimes,
-            "spot_trace": cfg.spot_trace, "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
+            "spot_trace": cfg.spot_trace, "startup_s": self.startup_s(), "notice_s": cfg.notice_s,
             "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
             "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
         }  # fmt: skip
@@ -454,7 +456,7 @@ class Driver:
             steps_total=self.spec.config.steps,
             batch_at=batch_at,
             step_time=step_time,
-            offers=self.provider.offers(now),
+            offers=[replace(o, startup_s=self.startup_s()) for o in self.provider.offers(now)],
             held=self.held(),
             spent_usd=self.spent(now),
             change_cost_s=_median(self.changes),
@@ -517,6 +519,8 @@ class Driver:
         and 1.7 s). Taken whole, as before, every change paused the simulated run and the
         scaler's prediction for one more step than it costs."""
         if isinstance(rec, MembershipEvent):
+            if rec.event == "join":
+                self._joined(rec)
             if rec.event == "recover" and rec.recovery_time_s is not None:
                 pause = max(0.0, rec.recovery_time_s - (self.last_step_wall_s or 0.0))
                 self.changes.append(pause * self.scale)
@@ -541,6 +545,23 @@ class Driver:
         if rec.global_batch_size and rec.global_batch_size != self.batch[-1][1]:
             self.batch.append((rec.step, rec.global_batch_size))
             self.redecide = True
+
+    def _joined(self, rec: MembershipEvent) -> None:
+        """A requested server's worker was admitted: its request -> admission delay. The
+        emulation's own process start-up (importing torch, 5-8 wall s on a loaded 2-core host)
+        and the wait for the group's next step boundary can make it longer than --startup;
+        the scaler and the replay then count the delay the run actually has (`startup_s`)."""
+        lease = self.leases.get(self.server_of.get(rec.worker or "", ""))
+        if lease is None or lease.requested_s <= self.offset_s or self.started is None:
+            return  # an initial --workers server: ready when the clock starts
+        if rec.wall_time_s is not None:
+            at_s = self.offset_s + (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
+            self.joins.append(max(0.0, at_s - lease.requested_s))
+
+    def startup_s(self) -> float:
+        """The start-up the scaler counts and the replay uses: --startup, or the measured
+        request -> admission delay (the median) when that is longer."""
+        return max(self.cfg.startup_s, _median(self.joins))
 
     # -- waiting and the end --------------------------------------------------------------
     def waiting(self) -> bool:
