@@ -416,7 +416,7 @@ class Driver:
         goal = {"deadline_s": cfg.deadline_s} if cfg.deadline else {"budget_usd": cfg.budget_usd}
         provider = {
             "kinds": list(cfg.kind_list), "seed": cfg.seed, "spot_lifetimes": cfg.spot_lifetimes,
-            "spot_trace": cfg.spot_trace, "startup_s": self.startup_s(), "notice_s": cfg.notice_s,
+            "spot_trace": cfg.spot_trace, "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
             "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
             "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
         }  # fmt: skip
@@ -435,6 +435,7 @@ class Driver:
             autoscale=cfg.autoscale,
             initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
             initial_ready=True,  # the --workers servers are ready when the clock starts
+            join_delay_s=_median(self.joins),
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
@@ -550,7 +551,9 @@ class Driver:
         """A requested server's worker was admitted: its request -> admission delay. The
         emulation's own process start-up (importing torch, 5-8 wall s on a loaded 2-core host)
         and the wait for the group's next step boundary can make it longer than --startup;
-        the scaler and the replay then count the delay the run actually has (`startup_s`)."""
+        the scaler then counts the delay the run actually has (`startup_s`) and the replay
+        admits its servers after it (`Scenario.join_delay_s`; a lease's lifetime still runs
+        from its ready_s, as the provider drew it)."""
         lease = self.leases.get(self.server_of.get(rec.worker or "", ""))
         if lease is None or lease.requested_s <= self.offset_s or self.started is None:
             return  # an initial --workers server: ready when the clock starts
