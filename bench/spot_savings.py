@@ -25,11 +25,12 @@ regroup, 0.02-0.07 wall s (the prior's --change-s 0.05; the live runs measure th
 The scenario (the defaults): spot lifetimes from Bamboo's measured AWS g4dn trace
 (`--lifetimes g4dn`, shipped in `shoal/data/preemption/bamboo`: a node's median life is about
 an hour, a tenth of them outlive 6.5 h) for every kind, a 300 s boot (`--startup 300`), a
-30 s notice, a 10 h deadline for 60 steps. Revocations are frequent there: the simulator on the
-prior profile predicts about 20 over seeds 0-4 for the scaler and 60 for restart (the shipped
-GCE lifetimes, `--lifetimes gce`, revoke a server within 24 h one time in five: a
-150-step run over 28 h met one revocation in five seeds), while 2 P100 spot servers still meet
-the deadline for about 45 % of the on-demand price (predicted savings 54 %).
+30 s notice, a 10 h deadline for 60 steps. Revocations are frequent there (the shipped GCE
+lifetimes, `--lifetimes gce`, revoke a server within 24 h one time in five: a 150-step run over
+28 h met one revocation in five seeds). The simulator on the prior profile, seeds 0-4: the
+scaler starts on 4 P100 spot (the fastest of the mixes within NEAR_BEST of the cheapest),
+meets 24 revocations and saves 58 % against 2 P100 on-demand (51 % at --startup 1200);
+restart, on 2 P100 spot, meets 48.
 
 Sides, per seed:
 - `scaler`: `--autoscale --deadline D --kinds k80,p100,v100`. Its initial `--workers` are the
