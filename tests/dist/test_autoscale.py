@@ -93,8 +93,10 @@ def test_revoked_spot_server_is_replaced_same_state_and_ledger(tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text("k80,2\nk80,100000\n")
     cfg = dict(kinds="v100,p100,k80", startup_s=5.0, notice="3")
+    # the replacement is requested at the notice (4 s), while the revoked k80 (gone at 7 s)
+    # still holds its slot: it takes the next one (a lifetime is drawn per kind, tier, slot)
     seed = seed_for(
-        trace, [("p100", "on_demand", 0), ("k80", "spot", 0), ("k80", "spot", 7)], {1}, **cfg
+        trace, [("p100", "on_demand", 0), ("k80", "spot", 0), ("k80", "spot", 4)], {1}, **cfg
     )
     out = tmp_path / "run"
     flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace),
@@ -189,7 +191,10 @@ def test_restart_recovery_resumes_every_worker_from_the_checkpoint(tmp_path):
     checkpoint. Same state as the fixed run, the lost steps recorded, the ledger its lines."""
     trace = tmp_path / "trace.csv"
     trace.write_text("k80,3\nk80,100000\n")
-    requests = [("p100", "on_demand", 0), ("k80", "spot", 0)] * 2
+    # the replacements are requested after the revocation (at 5 s): the new k80 takes the
+    # revoked one's slot (a lifetime is drawn per kind, tier, slot and use)
+    requests = [("p100", "on_demand", 0), ("k80", "spot", 0)]
+    requests += [("p100", "on_demand", 10), ("k80", "spot", 10)]
     seed = seed_for(trace, requests, {1}, startup_s=2.0)
     out = tmp_path / "run"
     flags = ["--provider", "local", "--kinds", "p100,k80", "--spot-trace", str(trace),

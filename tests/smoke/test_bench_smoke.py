@@ -193,7 +193,8 @@ def test_spot_savings_scaler_side(tmp_path):
     assert abs(scaler["time_rel_err"]) < 0.5 and abs(scaler["cost_rel_err"]) < 0.5
     assert scaler["same_state_as_fixed_run"] is None and len(scaler["state_sha256"]) == 64
     assert restart["side"] == "restart" and restart["live"] and restart["cost_usd"] > 0
-    assert restart["mix"] == scaler["initial"]  # the scaler's first mix, held
+    # the cheapest mix meeting the deadline, held: the scaler's first mix or a subset of it
+    assert all(n <= scaler["initial"].get(key, 0) for key, n in restart["mix"].items())
     assert restart["state_sha256"] == scaler["state_sha256"]  # exact: the same training
     assert 0 <= restart["restarts"] <= restart["revocations"] and restart["lost_steps"] >= 0
     assert summary["bench"] == "spot_savings" and summary["within_10_percent"] in (0, 1)

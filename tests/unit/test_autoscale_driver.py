@@ -115,6 +115,29 @@ def test_driver_measures_host_overhead_and_batch_changes():
     d.redecide = False
     d.observe(StepLine(step=5, global_batch_size=128, step_time_s=0.07, workers=shares))
     assert d.redecide and d.scenario().batch == ((0, 64), (5, 128))
+    # the recover line follows the new group's first step line (0.07 s): that step trained,
+    # so the change cost is the rest, 0.5 - 0.07 wall s, x 10
     d.observe(MembershipEvent("recover", "w0", recovery_time_s=0.5))
-    assert d.scenario().change_cost_s == pytest.approx(5.0)
+    assert d.scenario().change_cost_s == pytest.approx(4.3)
     assert d.scenario().initial == {"k80:on_demand": 1, "k80:spot": 1}
+
+
+def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_count():
+    from shoal.metrics import MembershipEvent
+
+    d = make_driver()
+    import types
+
+    d.ctl, d.started = types.SimpleNamespace(t0=100.0), 100.0  # the clock started at wall 100
+    assert d.startup_s() == d.cfg.startup_s == 60.0
+    lease = d.provider.request("k80", "spot", 50.0)  # requested at emulated 50 s
+    d._bind(lease.server, "w5")
+    d.leases[lease.server] = lease
+    # admitted at wall 80 s after t0: emulated (100 + 80 - 100) x 10 = 800 s, 750 s after it
+    d.observe(MembershipEvent("join", "w5", wall_time_s=80.0))
+    assert d.startup_s() == pytest.approx(750.0)
+    assert d.scenario().join_delay_s == pytest.approx(750.0)
+    assert d.scenario().provider["startup_s"] == 60.0  # lifetimes run from the lease's ready_s
+    assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
+    d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
+    assert d.startup_s() == pytest.approx(750.0)

@@ -8,9 +8,14 @@ released) and spot (cheaper, revoked when the provider wants them back, with a n
 `EmulatedProvider` is the one implementation: seeded and deterministic. A request succeeds
 unless the (kind, tier) quota is full or an outage window covers it; a spot lease carries the
 time it will be revoked, drawn from the kind's lifetime model (`cluster.revocation`: the GCE
-measurements by default) with `random.Random(f"{seed}:{n}")` for the run's n-th lease, so the
-same sequence of requests meets the same revocations in a live run and in the scenario
-simulator. All times are emulated seconds from the run's launch; prices are USD per hour.
+measurements by default) with a generator keyed by the lease's SLOT: `(seed, kind, tier, slot,
+use)`, slot the lowest place of that (kind, tier) no held lease occupies and use how many leases
+that slot has had. So the same requests meet the same revocations in a live run and in the
+scenario simulator, and a small difference between the two (an extra server bought and given
+back, a kind tried once) changes only its own draws: the i-th server of a kind goes on meeting
+the same lifetimes. (Keyed by the run's global lease count instead, one differing request gave
+every later server another lifetime.) All times are emulated seconds from the run's launch;
+prices are USD per hour.
 """
 
 from __future__ import annotations
@@ -88,6 +93,9 @@ class EmulatedProvider:
     outages: tuple[tuple[str, str, float, float], ...] = ()  # (kind, tier, from_s, to_s)
     _leases: dict[str, Lease] = field(init=False, default_factory=dict, repr=False)
     _count: int = field(init=False, default=0, repr=False)
+    _attempt: int = field(init=False, default=0, repr=False)  # servers of earlier attempts
+    _slot_of: dict[str, int] = field(init=False, default_factory=dict, repr=False)
+    _uses: dict[tuple[str, str, int], int] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         devices = load_devices()
@@ -124,8 +132,10 @@ class EmulatedProvider:
         return [x for x in self._leases.values() if x.revoke_at_s > now_s]
 
     def _forget_revoked(self, now_s: float) -> None:
-        """Drop the leases revoked by `now_s`: they hold no quota, a long run need not keep them."""
+        """Drop the leases revoked by `now_s`: they hold no quota nor slot, a long run need not
+        keep them."""
         self._leases = {k: x for k, x in self._leases.items() if x.revoke_at_s > now_s}
+        self._slot_of = {k: i for k, i in self._slot_of.items() if k in self._leases}
 
     def offers(self, now_s: float) -> list[Offer]:
         """What can be had now: every (kind, tier) not in an outage, quota as a total."""
@@ -155,24 +165,40 @@ class EmulatedProvider:
             return None
         n, ready = self._count, now_s + self.startup_s
         self._count += 1
+        slot = self._take_slot(kind, tier)
         revoke_at, notice = math.inf, None
         if tier == "spot":
-            life = self.model(kind).sample_lifetime_s(kind, random.Random(f"{self.seed}:{n}"))
-            revoke_at, notice = ready + life, self.notice_s
+            use = self._uses.get((kind, tier, slot), 0)
+            self._uses[(kind, tier, slot)] = use + 1
+            rng = random.Random(f"{self.seed}:{self._attempt}:{kind}:{tier}:{slot}:{use}")
+            revoke_at, notice = ready + self.model(kind).sample_lifetime_s(kind, rng), self.notice_s
         price = load_devices().price(kind, tier)
         tier_name = "spot" if tier == "spot" else "od"
         lease = Lease(f"{kind}-{tier_name}-{n}", kind, tier, price, now_s, ready, revoke_at, notice)
         self._leases[lease.server] = lease
+        self._slot_of[lease.server] = slot
         return lease
 
+    def _take_slot(self, kind: str, tier: str) -> int:
+        """The lowest place of (kind, tier) that no held lease occupies."""
+        taken = {
+            self._slot_of[x.server]
+            for x in self._leases.values()
+            if (x.kind, x.tier) == (kind, tier)
+        }
+        return next(i for i in range(len(taken) + 1) if i not in taken)
+
     def continue_numbering(self, servers: int) -> None:
-        """A resumed run's provider: its servers are numbered (and their lifetimes drawn) after
-        the `servers` an earlier attempt requested, so no name is billed twice."""
+        """A resumed run's provider: its servers are numbered after the `servers` an earlier
+        attempt requested, so no name is billed twice, and their lifetimes are fresh draws (the
+        attempt's count is part of every draw's key: slot 0 does not meet its old lives again)."""
         self._count = max(self._count, servers)
+        self._attempt = max(self._attempt, servers)
 
     def release(self, server: str, now_s: float) -> None:
         """Give `server` back (a revoked one is gone already: releasing it is a no-op)."""
         self._leases.pop(server, None)
+        self._slot_of.pop(server, None)
 
 
 def parse_spot_lifetimes(text: str) -> dict[str, RevocationModel]:

@@ -31,7 +31,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
@@ -68,6 +68,10 @@ class Scenario:
     checkpoint_every_s: float = 600.0  # durable checkpoint cadence (the live default, 600 s)
     restart_from_checkpoint: bool = False  # SkyPilot-style: any revocation restarts the job
     initial_ready: bool = False  # the initial servers are ready at 0 (a live run writes True)
+    # the live run's measured request -> admission delay (its median; 0: none measured): a
+    # requested server joins at max(its lease's ready_s, request + this), and the scaler counts
+    # that start-up, as the live driver does; the lease's lifetime still runs from ready_s
+    join_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -128,7 +132,7 @@ def _validate(sc: Scenario) -> None:
     _check(all(b >= 1 for _, b in sc.batch), "every global batch must be >= 1")
     for name in ("host_s", "scale_every_s", "checkpoint_every_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) > 0, f"{name} must be > 0")
-    for name in ("step_overhead_s", "change_cost_s"):
+    for name in ("step_overhead_s", "change_cost_s", "join_delay_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) >= 0, f"{name} must be >= 0")
     _check(isinstance(sc.slowdowns, dict), "slowdowns must be an object kind -> slowdown")
     for kind, slow in sc.slowdowns.items():
@@ -278,7 +282,7 @@ class _Run:
             ready_s=lease.ready_s,
         )
         if not ready_now:
-            self.push(lease.ready_s, "ready", lease.server)
+            self.push(max(lease.ready_s, self.t + self.sc.join_delay_s), "ready", lease.server)
         if math.isfinite(lease.revoke_at_s):
             leave_s = lease.revoke_at_s - (lease.notice_s or 0.0)
             self.push(max(leave_s, self.t), "leave", lease.server)
@@ -314,7 +318,10 @@ class _Run:
             steps_total=self.sc.steps,
             batch_at=self.sc.batch_at,
             step_time=self.step_time,
-            offers=self.provider.offers(self.t),
+            offers=[
+                replace(o, startup_s=max(o.startup_s, self.sc.join_delay_s))
+                for o in self.provider.offers(self.t)
+            ],
             held=self.held(),
             spent_usd=self.spent(),
             change_cost_s=self.sc.change_cost_s,

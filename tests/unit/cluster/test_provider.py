@@ -12,7 +12,7 @@ from shoal.cluster.provider import (
     parse_spot_lifetimes,
     provider_from_config,
 )
-from shoal.cluster.revocation import EmpiricalLifetimes, TraceRevocations
+from shoal.cluster.revocation import EmpiricalLifetimes, TraceRevocations, revocation_model
 from shoal.errors import UserError
 
 
@@ -26,13 +26,38 @@ def test_same_seed_same_leases_and_the_documented_draw():
     assert a == b
     other = _requests(EmulatedProvider(("k80",), seed=4))
     assert [x.revoke_at_s for x in other] != [x.revoke_at_s for x in a]
-    # the n-th lease draws its lifetime from Random(f"{seed}:{n}") with the kind's model
+    # all six held at once: the n-th takes slot n, its first use, and draws its lifetime from
+    # Random(f"{seed}:0:{kind}:{tier}:{slot}:{use}") with the kind's model
     model = EmulatedProvider(("k80",)).model("k80")
     for n, lease in enumerate(a):
-        life = model.sample_lifetime_s("k80", random.Random(f"3:{n}"))
+        life = model.sample_lifetime_s("k80", random.Random(f"3:0:k80:spot:{n}:0"))
         assert lease.revoke_at_s == lease.ready_s + life
         assert lease.ready_s == lease.requested_s + 60.0 and lease.notice_s == 30.0
         assert lease.server == f"k80-spot-{n}"
+
+
+def test_an_extra_server_changes_no_other_servers_lifetime():
+    """Draws are keyed by (kind, tier, slot, use): a server bought and given back (or one of
+    another kind) in one run but not in another leaves every other server's lifetime alone,
+    so two drivers that differ in one decision still meet the same revocations."""
+
+    def lives(extra: bool) -> list[float]:
+        g4dn = revocation_model("g4dn")  # lives of about an hour: every draw is finite
+        provider = EmulatedProvider(
+            ("k80", "p100"), seed=7, startup_s=0.0, lifetimes={"k80": g4dn, "p100": g4dn}
+        )
+        out = [provider.request("p100", "spot", 0.0), provider.request("p100", "spot", 0.0)]
+        if extra:
+            provider.release(provider.request("p100", "spot", 5.0).server, 6.0)
+            provider.request("k80", "spot", 7.0)
+        provider.release(out[0].server, 10.0)  # slot 0 again, its second use
+        out.append(provider.request("p100", "spot", 10.0))
+        return [x.revoke_at_s - x.ready_s for x in out]
+
+    plain, perturbed = lives(False), lives(True)
+    assert plain == perturbed
+    g4dn = revocation_model("g4dn")  # slot 0's second server: its own, second draw
+    assert plain[2] == g4dn.sample_lifetime_s("p100", random.Random("7:0:p100:spot:0:1"))
 
 
 def test_on_demand_is_never_revoked_and_priced_from_the_device_table():
@@ -180,5 +205,9 @@ def test_continue_numbering_skips_earlier_servers():
     from shoal.config import ProviderConfig
 
     provider = provider_from_config(ProviderConfig(name="local", kinds="k80"))
+    first = provider.request("k80", "spot", 0.0)
+    provider = provider_from_config(ProviderConfig(name="local", kinds="k80"))
     provider.continue_numbering(5)
-    assert provider.request("k80", "spot", 0.0).server == "k80-spot-5"
+    again = provider.request("k80", "spot", 0.0)
+    assert again.server == "k80-spot-5"
+    assert again.revoke_at_s != first.revoke_at_s  # slot 0 after a resume: a fresh draw
