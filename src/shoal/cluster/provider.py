@@ -165,7 +165,7 @@ class EmulatedProvider:
             return None
         n, ready = self._count, now_s + self.startup_s
         self._count += 1
-        slot = self._take_slot(kind, tier)
+        slot = self._take_slot(kind, tier, now_s)
         revoke_at, notice = math.inf, None
         if tier == "spot":
             use = self._uses.get((kind, tier, slot), 0)
@@ -179,12 +179,15 @@ class EmulatedProvider:
         self._slot_of[lease.server] = slot
         return lease
 
-    def _take_slot(self, kind: str, tier: str) -> int:
-        """The lowest place of (kind, tier) that no held lease occupies."""
+    def _take_slot(self, kind: str, tier: str, now_s: float) -> int:
+        """The lowest place of (kind, tier) that no held lease occupies. A lease under its
+        revocation notice has given its place up already: a replacement asked for during the
+        notice (the simulator asks at the notice) and one asked for after the revocation (the
+        live driver asks when the worker is gone) take the same place, so the same draw."""
         taken = {
             self._slot_of[x.server]
             for x in self._leases.values()
-            if (x.kind, x.tier) == (kind, tier)
+            if (x.kind, x.tier) == (kind, tier) and not _under_notice(x, now_s)
         }
         return next(i for i in range(len(taken) + 1) if i not in taken)
 
@@ -199,6 +202,14 @@ class EmulatedProvider:
         """Give `server` back (a revoked one is gone already: releasing it is a no-op)."""
         self._leases.pop(server, None)
         self._slot_of.pop(server, None)
+
+
+def _under_notice(lease: Lease, now_s: float) -> bool:
+    """Whether `lease` has had its revocation notice by `now_s` (with none: never before it
+    is gone)."""
+    if lease.notice_s is None or not math.isfinite(lease.revoke_at_s):
+        return False
+    return now_s >= lease.revoke_at_s - lease.notice_s
 
 
 def parse_spot_lifetimes(text: str) -> dict[str, RevocationModel]:

@@ -60,6 +60,34 @@ def test_an_extra_server_changes_no_other_servers_lifetime():
     assert plain[2] == g4dn.sample_lifetime_s("p100", random.Random("7:0:p100:spot:0:1"))
 
 
+def test_a_replacement_draws_the_same_life_asked_at_the_notice_or_after_the_revocation():
+    """The simulator asks for a revoked server's replacement at the notice, the live driver
+    once the worker is gone: a lease under its notice has given its slot up, so both
+    replacements take the same slot and draw the same lifetime."""
+
+    def replacement_life(ask_at_notice: bool) -> tuple[float, float]:
+        g4dn = revocation_model("g4dn")
+        provider = EmulatedProvider(("p100",), seed=3, startup_s=0.0, lifetimes={"p100": g4dn})
+        first = [provider.request("p100", "spot", 0.0) for _ in range(2)]
+        doomed = min(first, key=lambda x: x.revoke_at_s)
+        when = doomed.revoke_at_s - (doomed.notice_s / 2 if ask_at_notice else -1.0)
+        new = provider.request("p100", "spot", when)
+        return new.revoke_at_s - new.ready_s, doomed.revoke_at_s
+
+    (at_notice, gone_at), (after, _) = replacement_life(True), replacement_life(False)
+    assert at_notice == after
+    g4dn = revocation_model("g4dn")  # the doomed server's slot, its second use
+    slot = (
+        0
+        if gone_at
+        == EmulatedProvider(("p100",), seed=3, startup_s=0.0, lifetimes={"p100": g4dn})
+        .request("p100", "spot", 0.0)
+        .revoke_at_s
+        else 1
+    )
+    assert at_notice == g4dn.sample_lifetime_s("p100", random.Random(f"3:0:p100:spot:{slot}:1"))
+
+
 def test_on_demand_is_never_revoked_and_priced_from_the_device_table():
     lease = EmulatedProvider(("v100",)).request("v100", "on_demand", 5.0)
     assert lease.revoke_at_s == math.inf and lease.notice_s is None
