@@ -137,6 +137,7 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     d.observe(MembershipEvent("join", "w5", wall_time_s=80.0))
     assert d.startup_s() == pytest.approx(750.0)
     assert d.scenario().join_delay_s == pytest.approx(750.0)
+    assert [tuple(map(round, j)) for j in d.scenario().join_delays] == [(800, 750)]
     assert d.scenario().provider["startup_s"] == 60.0  # lifetimes run from the lease's ready_s
     assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted

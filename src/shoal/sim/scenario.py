@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -47,6 +48,7 @@ from shoal.errors import UserError
 from shoal.perf.devices import TIERS, load_devices
 
 HORIZON_S = 30 * 86400.0  # emulated time after which a run that has not finished is an error
+JOIN_WINDOW = 20  # the join delays the live driver's median is over (its measurement window)
 MAX_EVENTS = 2_000_000  # a loop guard: no sane scenario handles this many events
 
 
@@ -72,6 +74,11 @@ class Scenario:
     # requested server joins at max(its lease's ready_s, request + this), and the scaler counts
     # that start-up, as the live driver does; the lease's lifetime still runs from ready_s
     join_delay_s: float = 0.0
+    # the live run's joins as its scaler measured them, (admitted at t_s, delay_s) in order: the
+    # replay's scaler counts the start-up the live one counted at the same time (the median of
+    # the last JOIN_WINDOW delays admitted by then; --startup before the first), not the whole
+    # run's median from the start (empty: join_delay_s throughout)
+    join_delays: tuple[tuple[float, float], ...] = ()
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -88,6 +95,7 @@ class Scenario:
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["batch"] = [list(piece) for piece in self.batch]
+        out["join_delays"] = [list(join) for join in self.join_delays]
         return out
 
     @classmethod
@@ -105,7 +113,11 @@ class Scenario:
             batch = tuple((int(a), int(b)) for a, b in data["batch"])
         except (TypeError, ValueError):
             raise UserError("scenario: 'batch' must be a list of [from_step, batch]") from None
-        return cls(**{**data, "batch": batch})
+        try:
+            joins = tuple((float(t), float(d)) for t, d in data.get("join_delays", ()))
+        except (TypeError, ValueError):
+            raise UserError("scenario: 'join_delays' must be a list of [t_s, delay_s]") from None
+        return cls(**{**data, "batch": batch, "join_delays": joins})
 
 
 def _required(f) -> bool:
@@ -134,6 +146,10 @@ def _validate(sc: Scenario) -> None:
         _check(_number(getattr(sc, name)) and getattr(sc, name) > 0, f"{name} must be > 0")
     for name in ("step_overhead_s", "change_cost_s", "join_delay_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) >= 0, f"{name} must be >= 0")
+    _check(
+        all(_number(t) and _number(d) and d >= 0 for t, d in sc.join_delays),
+        "join_delays must be [t_s, delay_s] pairs with delay_s >= 0",
+    )
     _check(isinstance(sc.slowdowns, dict), "slowdowns must be an object kind -> slowdown")
     for kind, slow in sc.slowdowns.items():
         _check(_number(slow) and slow >= 1, f"slowdown of {kind!r} must be a number >= 1")
@@ -311,6 +327,13 @@ class _Run:
                 if not self.acquire(*key):
                     break
 
+    def counted_delay(self) -> float:
+        """The join delay the live scaler counted at this time (see `Scenario.join_delays`)."""
+        if not self.sc.join_delays:
+            return self.sc.join_delay_s
+        seen = [d for t, d in self.sc.join_delays if t <= self.t][-JOIN_WINDOW:]
+        return statistics.median(seen) if seen else 0.0
+
     def scaler_input(self) -> ScalerInput:
         return ScalerInput(
             now_s=self.t,
@@ -319,7 +342,7 @@ class _Run:
             batch_at=self.sc.batch_at,
             step_time=self.step_time,
             offers=[
-                replace(o, startup_s=max(o.startup_s, self.sc.join_delay_s))
+                replace(o, startup_s=max(o.startup_s, self.counted_delay()))
                 for o in self.provider.offers(self.t)
             ],
             held=self.held(),

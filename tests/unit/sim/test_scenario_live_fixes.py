@@ -58,3 +58,26 @@ def test_the_scaler_keeps_a_held_mix_for_a_near_tie():
     assert scaler.decide(inp(two, 0.01)).counts == two  # one is only 0.2 % cheaper: kept
     assert scaler.decide(inp(two, 0.15)).counts == two  # 3.5 % cheaper: still kept
     assert scaler.decide(inp(two, 0.3)).counts == one  # 7 % cheaper: moved
+
+
+def test_the_replay_counts_the_join_delay_the_live_scaler_had_measured_by_then(tmp_path):
+    """A live run's scaler counts --startup until its first join is measured, then the median
+    of the delays so far; the replay's scaler counts the same at the same times, not the whole
+    run's median from the start (which made it shy of replacements the live run bought)."""
+    from shoal.sim.scenario import _Run
+
+    joins = ((1000.0, 900.0), (2000.0, 300.0), (3000.0, 600.0))
+    sc = fixed(tmp_path, join_delay_s=600.0, join_delays=joins)
+    assert Scenario.from_json(sc.to_json()) == sc  # the pairs survive the round trip
+    run = _Run(sc)
+    counted = []
+    for t in (500.0, 1500.0, 2500.0, 3500.0):
+        run.t = t
+        counted.append(run.counted_delay())
+    assert counted == [0.0, 900.0, 600.0, 600.0]  # none yet (--startup counts), then medians
+    run.t = 1500.0
+    assert {o.startup_s for o in run.scaler_input().offers} == {900.0}
+    old = _Run(fixed(tmp_path, join_delay_s=600.0))  # a scenario without the pairs
+    assert old.counted_delay() == 600.0
+    with pytest.raises(Exception, match="join_delays"):
+        fixed(tmp_path, join_delays=((1.0, -2.0),))
