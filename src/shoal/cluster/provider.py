@@ -10,12 +10,12 @@ unless the (kind, tier) quota is full or an outage window covers it; a spot leas
 time it will be revoked, drawn from the kind's lifetime model (`cluster.revocation`: the GCE
 measurements by default) with a generator keyed by the lease's SLOT: `(seed, kind, tier, slot,
 use)`, slot the lowest place of that (kind, tier) no held lease occupies (a lease under its
-revocation notice has given its place up) and use how many leases that slot has had. So the same requests meet the same revocations in a live run and in the
-scenario simulator, and a small difference between the two (an extra server bought and given
-back, a kind tried once) changes only its own draws: the i-th server of a kind goes on meeting
-the same lifetimes. (Keyed by the run's global lease count instead, one differing request gave
-every later server another lifetime.) All times are emulated seconds from the run's launch;
-prices are USD per hour.
+revocation notice has given its place up) and use how many leases that slot has had. So the
+same requests meet the same revocations in a live run and in the scenario simulator, and a
+small difference between the two (an extra server bought and given back, a kind tried once)
+changes only its own draws: the i-th server of a kind goes on meeting the same lifetimes.
+(Keyed by the run's global lease count instead, one differing request gave every later server
+another lifetime.) All times are emulated seconds from the run's launch; prices are USD per hour.
 """
 
 from __future__ import annotations
