@@ -65,7 +65,7 @@ from shoal.metrics import (
 )
 from shoal.runtime.checkpoint import latest_checkpoint_step
 from shoal.runtime.outputs import append_line, write_json_atomic
-from shoal.sim.scenario import JOIN_WINDOW, Scenario, kind_slowdowns
+from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns
 
 SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
@@ -128,8 +128,7 @@ class Driver:
         self.overhead: deque[float] = deque(maxlen=WINDOW)
         self.changes: deque[float] = deque(maxlen=WINDOW)
         self.last_step_wall_s: float | None = None  # the last step line's step time (wall s)
-        self.joins: deque[float] = deque(maxlen=JOIN_WINDOW)  # request -> admission, emulated s
-        self.join_log: list[tuple[float, float]] = []  # (admitted at, delay): the scenario's
+        self.joins: list[tuple[float, float]] = []  # (admitted at, request -> admission delay)
         self._rates: dict[str, float] = {}
         self.started: float | None = None  # wall time the emulated clock started
         self.last_step_s: float | None = None  # emulated time the last step line was written
@@ -436,8 +435,8 @@ class Driver:
             autoscale=cfg.autoscale,
             initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
             initial_ready=True,  # the --workers servers are ready when the clock starts
-            join_delay_s=_median(self.joins),
-            join_delays=tuple(self.join_log),
+            join_delay_s=join_delay_at(self.joins),
+            join_delays=tuple(self.joins),
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
@@ -561,13 +560,12 @@ class Driver:
             return  # an initial --workers server: ready when the clock starts
         if rec.wall_time_s is not None:
             at_s = self.offset_s + (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
-            self.joins.append(max(0.0, at_s - lease.requested_s))
-            self.join_log.append((at_s, self.joins[-1]))
+            self.joins.append((at_s, max(0.0, at_s - lease.requested_s)))
 
     def startup_s(self) -> float:
         """The start-up the scaler counts and the replay uses: --startup, or the measured
-        request -> admission delay (the median) when that is longer."""
-        return max(self.cfg.startup_s, _median(self.joins))
+        request -> admission delay (`join_delay_at`) when that is longer."""
+        return max(self.cfg.startup_s, join_delay_at(self.joins))
 
     # -- waiting and the end --------------------------------------------------------------
     def waiting(self) -> bool:

@@ -120,6 +120,14 @@ class Scenario:
         return cls(**{**data, "batch": batch, "join_delays": joins})
 
 
+def join_delay_at(joins, now_s: float = math.inf) -> float:
+    """The join delay a scaler counts at `now_s`, from (admitted at, delay) pairs in order: the
+    median of the last JOIN_WINDOW admitted by then (0 before the first). The live driver and
+    the replay both count it so."""
+    seen = [delay for t, delay in joins if t <= now_s][-JOIN_WINDOW:]
+    return statistics.median(seen) if seen else 0.0
+
+
 def _required(f) -> bool:
     return f.default is MISSING and f.default_factory is MISSING
 
@@ -331,8 +339,7 @@ class _Run:
         """The join delay the live scaler counted at this time (see `Scenario.join_delays`)."""
         if not self.sc.join_delays:
             return self.sc.join_delay_s
-        seen = [d for t, d in self.sc.join_delays if t <= self.t][-JOIN_WINDOW:]
-        return statistics.median(seen) if seen else 0.0
+        return join_delay_at(self.sc.join_delays, self.t)
 
     def scaler_input(self) -> ScalerInput:
         return ScalerInput(
