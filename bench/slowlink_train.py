@@ -81,7 +81,9 @@ sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 from slowlink.testbed import RDZV_PORT, WAN, SlowLinkBed, bed_available  # noqa: E402
 
 from shoal.config import SlowLinkConfig  # noqa: E402
+from shoal.errors import UserError  # noqa: E402
 from shoal.job import build_job, load_job_file, parse_options  # noqa: E402
+from shoal.metrics import RESULT_FILE, read_result  # noqa: E402
 
 DDP_WORKER = HERE / "slowlink" / "ddp_train.py"
 FAST_MBIT = 10_000.0  # the replays' link: fast enough that it is not what bounds them
@@ -226,9 +228,12 @@ def curve(side: str, out: pathlib.Path) -> tuple[list[float], dict[int, dict]]:
 def final_digest(out: pathlib.Path) -> str:
     """The state_sha256 that rank 0 wrote at the end of a shoal run."""
     try:
-        return json.loads((out / "result.json").read_text())["state_sha256"]
-    except (OSError, ValueError, KeyError) as exc:  # a row's error, not the bench's end
-        raise RuntimeError(f"no state_sha256 in {out / 'result.json'}: {exc}") from exc
+        result = read_result(out / RESULT_FILE)
+    except UserError as exc:  # a row's error, not the bench's end
+        raise RuntimeError(str(exc)) from exc
+    if result is None:
+        raise RuntimeError(f"no {out / RESULT_FILE}")
+    return result.state_sha256
 
 
 def validation(model_name: str, model: Model):
