@@ -26,7 +26,8 @@ seconds too; they feed the scaler through the shared step-time model
 (`control.scaler.profile_step_time`, which `sim.scenario.step_time_model` replays) and go to
 `OUT/scenario.json` at the end, so that
 `shoal simulate --scenario` replays the run. Before any worker starts, the launcher times a
-few micro-batches of the job itself (`estimate_host_s`) for the goal's feasibility check.
+few micro-batches of the job itself (`hostspeed.estimate_host_s`) for the goal's
+feasibility check.
 """
 
 from __future__ import annotations
@@ -75,26 +76,6 @@ STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to
 
 def goal_of(cfg: ProviderConfig) -> Goal:
     return Goal(deadline_s=cfg.deadline_s, budget_usd=cfg.budget_usd)
-
-
-def estimate_host_s(job, config) -> float:
-    """Wall seconds of one forward/backward micro-batch of `job` on this host (the median of
-    three, after one warm-up), before any worker runs: the feasibility check needs a speed."""
-    if config.emulation.host_s is not None:
-        return config.emulation.host_s
-    import torch
-    from torch.utils.data import default_collate
-
-    torch.manual_seed(job.seed)
-    model = job.model()
-    collate = job.collate_fn or default_collate
-    batch = collate([job.dataset[i] for i in range(job.micro_batch_size)])
-    times = []
-    for _ in range(4):
-        start = time.perf_counter()
-        job.loss_fn(model, batch).backward()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
 
 
 def lease_label(counts: dict[tuple[str, str], int]) -> str:

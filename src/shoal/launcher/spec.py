@@ -167,7 +167,8 @@ def provider_driver(spec: RunSpec, speeds: Speeds):
     if not spec.config.provider.name:
         return None
     from shoal.cluster.provider import provider_from_config
-    from shoal.launcher.autoscale import Driver, check_provider, estimate_host_s
+    from shoal.launcher.autoscale import Driver, check_provider
+    from shoal.launcher.hostspeed import estimate_host_s
 
     provider_from_config(spec.config.provider)  # an unknown kind, a bad trace: nothing timed yet
     job = load_job(spec.config)

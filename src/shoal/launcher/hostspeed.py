@@ -1,0 +1,31 @@
+"""This host's speed on the job, measured before any worker starts.
+
+The autoscaler checks a goal's feasibility (an impossible deadline, a budget below one step)
+before it launches anything, and that needs seconds per micro-batch: a few forward/backward
+passes of the job itself here (or `--host-s`, the emulation's fixed yardstick, when given).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def estimate_host_s(job, config) -> float:
+    """Wall seconds of one forward/backward micro-batch of `job` on this host (the median of
+    three, after one warm-up), before any worker runs: the feasibility check needs a speed."""
+    if config.emulation.host_s is not None:
+        return config.emulation.host_s
+    import torch
+    from torch.utils.data import default_collate
+
+    torch.manual_seed(job.seed)
+    model = job.model()
+    collate = job.collate_fn or default_collate
+    batch = collate([job.dataset[i] for i in range(job.micro_batch_size)])
+    times = []
+    for _ in range(4):
+        start = time.perf_counter()
+        job.loss_fn(model, batch).backward()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
