@@ -142,3 +142,58 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
     assert d.startup_s() == pytest.approx(750.0)
+
+
+def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
+    """At a notice the scaler decides on the mix without the noticed server, as the simulator
+    does (`sim.scenario`, `on_leave`). The driver used to fill the last target first, buying a
+    replacement the scaler would have let go (the spot bench's live runs cost 6-12 % more than
+    their replays for it). And a replacement may boot during the notice: the noticed server
+    does not count against --max-servers."""
+    import dataclasses
+    import types
+
+    from shoal.control.scaler import Mix
+    from shoal.metrics import StepLine, WorkerShare
+
+    d = make_driver(autoscale=True, deadline="10h", max_servers=2)
+    workers = {}
+
+    def spawn(kind):
+        w = types.SimpleNamespace(
+            id=f"w{len(workers)}", state="starting", proc=types.SimpleNamespace(poll=lambda: None)
+        )
+        workers[w.id] = w
+        return w
+
+    ctl = types.SimpleNamespace(
+        t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
+        metrics=tmp_path / "metrics.jsonl", say=lambda text: None, spawn=spawn,
+    )  # fmt: skip
+    d.ctl = ctl
+    for _ in range(2):
+        spawn("k80").state = "member"
+    d.open_initial()
+    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
+    for _ in range(3):
+        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    spot = next(s for s, lease in d.leases.items() if lease.tier == "spot")
+    d.leases[spot] = dataclasses.replace(d.leases[spot], revoke_at_s=1000.0, notice_s=30.0)
+    seen = []
+
+    def decide(inp):  # the scaler keeps what is held, as under its near-tie hysteresis
+        seen.append(dict(inp.held))
+        return Mix(counts=dict(inp.held), finish_s=1.0, cost_usd=1.0, step_s=1.0)
+
+    d.scaler.decide = decide
+    d.want = {("k80", "on_demand"): 1, ("k80", "spot"): 1}  # the last target: both servers
+    d.redecide, d.next_decision_s = False, 1e9
+    d.started, d.now = 0.0, lambda: 975.0  # inside the notice
+    d.tick()
+    assert seen == [{("k80", "on_demand"): 1}]  # decided at the notice, without the noticed one
+    assert len(d.leases) == 2 and len(workers) == 2  # nothing bought
+    assert [(e.action, e.worker) for e in ctl.pending] == [("notice", d.worker_of[spot])]
+    # a target that does want a second server requests it now, although two leases are open
+    d.want = {("k80", "on_demand"): 1, ("k80", "spot"): 1}
+    d._fill(975.0)
+    assert len(d.leases) == 3 and len(workers) == 3

@@ -242,7 +242,10 @@ class Driver:
             # spot job is when its cluster is preempted
             noticed = server in self.noticed or self.restarts
             if lease.notice_s is not None and now >= warn_at and not noticed:
+                # the scaler weighs the mix without it now, as the simulator does at a notice:
+                # filling the last target instead re-bought a server the scaler would let go
                 self.noticed.add(server)
+                self.redecide = True
                 if state in ("member", "leaving") and server not in self.leaving:
                     deadline = lease.notice_s / self.scale
                     self.ctl.pending.append(
@@ -255,7 +258,7 @@ class Driver:
                 self.ctl.say(f"server {server} ({wid}) revoked")
                 self.revocations += 1
                 self._close(server, lease.revoke_at_s, "revoked")
-                self.redecide = True
+                self.redecide = self.redecide or lease.notice_s is None
 
     def _restart(self, server: str, now: float) -> None:
         """--recovery restart (SkyPilot's managed spot): a revocation stops every worker and
@@ -318,7 +321,6 @@ class Driver:
                     self.want[key] = max(0, self.want.get(key, 0) - 1)
                 self.revocations += revoked
                 self._close(server, now, "revoked" if revoked else "released")
-                self.redecide = self.redecide or revoked
 
     def _dropped_leavers(self, now: float) -> None:
         """A worker asked to leave whose group has re-formed without it no longer trains: its
@@ -344,7 +346,8 @@ class Driver:
         held = self.held()
         for key, n in sorted(self.want.items()):
             for _ in range(n - held.get(key, 0)):
-                if len(self.leases) >= self.cfg.max_servers:
+                # a noticed server is gone within its notice: its replacement may boot now
+                if len(self.leases) - len(self.noticed & set(self.leases)) >= self.cfg.max_servers:
                     return
                 lease = self.provider.request(key[0], key[1], now)
                 if lease is None:
