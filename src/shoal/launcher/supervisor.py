@@ -14,7 +14,8 @@ It owns the membership decisions of the protocol in `shoal.runtime.membership`:
   because every member already holds the state (and is SIGKILLed if its deadline passes);
 - a new worker starts at once but is admitted only when it has built its model (`ready`), by
   asking the current group to regroup at the next step boundary, so joins cost the group one
-  regroup, not a process start-up.
+  regroup, not a process start-up; a group re-forming after every member is gone waits up
+  to `LAST_CALL_S` for the other workers whose servers are up, as torchrun's last call does.
 Every wait has a deadline or a process to watch: when nothing can continue (no live worker and
 no timed join still to come) the run fails at once, and a worker that stopped on an error in
 the job's code (exit code 2, with its cause in `<wid>.cause.json`) stops the run with that
@@ -48,6 +49,9 @@ POLL_S = 0.05
 # how long the first workers wait for a peer still building its model (importing torch and
 # building a model can take tens of seconds on a loaded host) before starting without it
 STARTUP_GRACE_S = 60.0
+# how long a group re-forming from nobody waits for more booted workers after the first is ready
+# (torchrun's rendezvous waits its `last_call_timeout`, 30 s by default, for more nodes)
+LAST_CALL_S = 30.0
 
 
 @dataclass
@@ -91,6 +95,7 @@ class Controller:
         self.formed_at_step = 0  # steps done when the current generation was published
         self.first_arrival: float | None = None  # when a member first waited for the next one
         self.alone_since: float | None = None  # when only workers declared lost were left
+        self.first_ready: float | None = None  # when a group to form from nobody had one ready
         self.change_seen: float | None = None  # when the current generation was seen to end
         self.timeout_s = spec.config.peer_timeout_s
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
@@ -354,9 +359,30 @@ class Controller:
         candidates = survivors + [w.id for w in ready]
         if not candidates or len(arrived) < len(survivors):
             return
+        if not survivors and not self.last_call_over(ready, now):
+            return
         for w in ready:
             self.event("join", w, f"admitted in generation {nxt}")
         self.publish(candidates)
+
+    def last_call_over(self, ready: list[Worker], now: float) -> bool:
+        """A group re-forming from nobody (every member gone) waits for the workers whose
+        servers are up and who are still building their model, up to `LAST_CALL_S` after the
+        first was ready. Servers bought together come up together, and nobody trains meanwhile:
+        admitting only the first would leave the others waiting out a step of one worker."""
+        coming = [
+            w
+            for w in self.workers.values()
+            if w.state == "starting"
+            and not w.declared_lost
+            and w not in ready
+            and w.proc.poll() is None
+            and (not self.driver or self.driver.admissible(w.id))
+        ]
+        if not coming:
+            return True
+        self.first_ready = self.first_ready or now
+        return now - self.first_ready > LAST_CALL_S
 
     def declare_lost(self, w: Worker) -> None:
         """A member silent past the deadline: the group goes on without it. Should it wake up,
@@ -371,7 +397,7 @@ class Controller:
         for wid in ids:
             self.workers[wid].state, self.workers[wid].declared_lost = "member", False
         self.members, self.formed_at_step = ids, self.steps_done
-        self.first_arrival = self.change_seen = None
+        self.first_arrival = self.change_seen = self.first_ready = None
         kinds = [self.workers[i].kind for i in ids]
         self.store.set(
             f"members/{self.generation}",
