@@ -347,7 +347,7 @@ class Driver:
         for key, n in sorted(self.want.items()):
             for _ in range(n - held.get(key, 0)):
                 # a noticed server is gone within its notice: its replacement may boot now
-                if len(self.leases) - len(self.noticed & set(self.leases)) >= self.cfg.max_servers:
+                if sum(s not in self.noticed for s in self.leases) >= self.cfg.max_servers:
                     return
                 lease = self.provider.request(key[0], key[1], now)
                 if lease is None:

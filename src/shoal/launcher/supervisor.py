@@ -323,10 +323,7 @@ class Controller:
         ready = [
             w
             for w in self.workers.values()
-            if w.state == "starting"
-            and w.proc.poll() is None
-            and self.store.check([f"ready/{w.id}", f"arrived/{nxt}/{w.id}"])
-            and (not self.driver or self.driver.admissible(w.id))  # its server has booted
+            if self.booted(w) and self.store.check([f"ready/{w.id}", f"arrived/{nxt}/{w.id}"])
         ]
         # a leaving member goes after the step that announced it: survivors then arrive
         broken = any(self.workers[m].state in ("gone", "leaving") for m in self.members)
@@ -365,6 +362,11 @@ class Controller:
             self.event("join", w, f"admitted in generation {nxt}")
         self.publish(candidates)
 
+    def booted(self, w: Worker) -> bool:
+        """A worker not yet in the group, alive, whose server (if bought) has booted."""
+        alive = w.state == "starting" and w.proc.poll() is None
+        return alive and (not self.driver or self.driver.admissible(w.id))
+
     def last_call_over(self, ready: list[Worker], now: float) -> bool:
         """A group re-forming from nobody (every member gone) waits for the workers whose
         servers are up and who are still building their model, up to `LAST_CALL_S` after the
@@ -373,11 +375,7 @@ class Controller:
         coming = [
             w
             for w in self.workers.values()
-            if w.state == "starting"
-            and not w.declared_lost
-            and w not in ready
-            and w.proc.poll() is None
-            and (not self.driver or self.driver.admissible(w.id))
+            if self.booted(w) and not w.declared_lost and w not in ready
         ]
         if not coming:
             return True

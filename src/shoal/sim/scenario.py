@@ -17,8 +17,8 @@ the in-flight (partial) step is lost too, and with a notice shorter than the res
 that step and the time to the revocation (the survivors compute it until the server is
 killed). The scaler re-decides every scale_every_s, on each revocation and at each batch change
 (and, after a refused request, as soon as a revocation frees quota: a noticed server holds its
-slot until it is gone); with `autoscale` off the initial mix
-is held and a revoked server is replaced by one of the same (kind, tier). When no server is
+slot until it is gone); with `autoscale` off the initial mix is held and a revoked server is
+replaced by one of the same (kind, tier). When no server is
 left, the run falls back to the last durable checkpoint -- written every `checkpoint_every_s` at
 the step reached then, and by the last worker as it leaves when it had a notice (as the live
 runtime does) -- and resumes when capacity returns. `restart_from_checkpoint` models SkyPilot's
