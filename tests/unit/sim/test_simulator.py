@@ -165,3 +165,16 @@ def test_results_do_not_depend_on_what_ran_before():
     other = load_workload("pollux:2")[40:80]
     Simulator(other, parse_cluster("pollux"), make_policy("pollux")).run()
     assert shoal_run() == first
+
+
+@pytest.mark.parametrize("policy", ["pollux", "shoal"])
+def test_a_goodput_policy_grows_a_lone_job_as_its_scaling_improves(policy):
+    # DeepSpeech2 scales to 1.31x over one T4 at best in its first epoch (the tiny batch its
+    # early gradient noise allows) and to ~10x after it: a policy that plans from the job's
+    # progress must be asked again as the job trains, with nothing else happening in the
+    # cluster (a simulator that paused rounds until the next arrival left it on 1 T4 for 5 h)
+    spec = JobSpec("ds2", 0.0, "deepspeech2", 1, 20, load_profile("deepspeech2").total_progress)
+    result = Simulator([spec], parse_cluster("pollux"), make_policy(policy), SimConfig()).run()
+    (run,) = result.jobs
+    assert max(n for _, n in result.timeline) >= 12
+    assert run.finish_s < 3600.0
