@@ -7,8 +7,9 @@ state from `ClusterView` and place GPUs with its packing helpers; they never mut
 Two attributes describe the policy's runtime rather than its decisions: `periodic` (re-plan every
 tick while jobs are active, as Pollux does every 60 s, instead of only after events) and
 `inplace_rescale` (the job's runtime rescales in place, costing `rescale_s`, instead of by
-checkpoint-restart, costing `restart_s`). An optional `quiesce` attribute (default True) lets the
-simulator pause periodic rounds after a round that changed nothing.
+checkpoint-restart, costing `restart_s`). A periodic policy whose plan moves only with events
+(arrivals, completions, revocations), never with time alone, may set an optional `quiesce = True`
+to let the simulator pause its rounds after a round that changed nothing.
 """
 
 from __future__ import annotations

@@ -187,11 +187,11 @@ class Simulator:
             self._release(jobs[name], now)
         for name, decision in decisions.items():
             self._assign(jobs[name], decision, now)
-        # A periodic policy re-plans every tick while its plans keep changing; once a round
-        # changes nothing, the next one would hardly differ until an event (arrival, completion,
-        # revocation) arrives, so rounds pause until then. A policy whose
-        # decisions also depend on time alone (Tiresias' attained service) sets quiesce=False.
-        busy = decisions or not getattr(self.policy, "quiesce", True)
+        # A periodic policy re-plans every tick. One whose plan moves only with events (it sets
+        # quiesce) pauses after a round that changes nothing, until the next arrival,
+        # completion or revocation; plans that move with time alone (progress, attained
+        # service, age) keep their rounds.
+        busy = decisions or not getattr(self.policy, "quiesce", False)
         if self.policy.periodic and busy and (self.pending or self.running):
             self._ask_round(now + self.cfg.tick_s)
 

@@ -31,6 +31,7 @@ class EasyScalePolicy:
     heterogeneous: bool = True
     max_waste: float = 0.30
     periodic: bool = True
+    quiesce: bool = True  # its plan reads placements and free GPUs only: events move it
     inplace_rescale: bool = True
 
     @property

@@ -57,7 +57,6 @@ def remaining_steps(app: str, batch: int, progress: float) -> float:
 class OptimusPolicy:
     name: str = "optimus"
     periodic: bool = True
-    quiesce: bool = False  # re-plan every 60 s, as the artifact does
     inplace_rescale: bool = False
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:

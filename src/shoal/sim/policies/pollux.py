@@ -118,7 +118,6 @@ def objective(costs: list[np.ndarray], counts: list[int]) -> float:
 class PolluxPolicy:
     name: str = "pollux"
     periodic: bool = True
-    quiesce: bool = False  # every 60 s, as the artifact: the restart factor changes with age
     inplace_rescale: bool = False
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:

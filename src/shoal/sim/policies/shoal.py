@@ -45,10 +45,6 @@ class ShoalPolicy:
     name: str = "shoal"
     periodic: bool = True
     inplace_rescale: bool = True
-    # re-plan every tick, never pausing: the plan moves with time alone, through the jobs'
-    # progress (a job's statistical efficiency, hence its scaling, changes as it trains) and
-    # their attained service (the LAS weight), as Pollux's and Tiresias' do
-    quiesce: bool = False
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
         # least attained service first, discretised into doubling levels (as Tiresias does) so

@@ -22,7 +22,6 @@ class TiresiasPolicy:
     thresholds_gpu_s: tuple[float, ...] = (16 * 3600.0,)
     name: str = "tiresias"
     periodic: bool = True
-    quiesce: bool = False  # demotion depends on time alone: re-plan every tick
     inplace_rescale: bool = False
 
     def _queue(self, gpu_s: float) -> int:
