@@ -379,7 +379,8 @@ class Controller:
         ]
         if not coming:
             return True
-        self.first_ready = self.first_ready or now
+        if self.first_ready is None:
+            self.first_ready = now
         return now - self.first_ready > LAST_CALL_S
 
     def declare_lost(self, w: Worker) -> None:

@@ -13,13 +13,13 @@ second on the joined servers (step_s from `step_time_model` at the current batch
 all while a membership change is under way. A change (a join after the server's start-up, a
 leave, a revocation) pauses training for change_cost_s; changes at the same instant are one. A
 revocation with notice takes the server out at the notice, losing nothing else; without notice
-the in-flight (partial) step is lost too, and with a notice shorter than the rest of the step
-that step and the time to the revocation (the survivors compute it until the server is
-killed). The scaler re-decides every scale_every_s, on each revocation and at each batch change
-(and, after a refused request, as soon as a revocation frees quota: a noticed server holds its
-slot until it is gone); with `autoscale` off the initial mix is held and a revoked server is
-replaced by one of the same (kind, tier). When no server is
-left, the run falls back to the last durable checkpoint -- written every `checkpoint_every_s` at
+the in-flight (partial) step is lost too; so it is with a notice shorter than the rest of the
+step, and the survivors also lose the time to the revocation (they compute the doomed step
+until the server is killed). The scaler re-decides every scale_every_s, on each revocation and
+at each batch change (and, after a refused request, as soon as a revocation frees quota: a
+noticed server holds its slot until it is gone); with `autoscale` off the initial mix is held
+and a revoked server is replaced by one of the same (kind, tier). When no server is left, the
+run falls back to the last durable checkpoint -- written every `checkpoint_every_s` at
 the step reached then, and by the last worker as it leaves when it had a notice (as the live
 runtime does) -- and resumes when capacity returns. `restart_from_checkpoint` models SkyPilot's
 managed spot strategy instead: any revocation tears the whole set down and restarts the job from
