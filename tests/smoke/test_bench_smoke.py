@@ -79,6 +79,12 @@ def test_sim_transient():
     rows = json_lines(run(["bench/sim_transient.py", "10"]).stdout)
     runs = [r for r in rows if "workers" in r]
     assert runs and all(r["runs"] == 10 and 0 <= r["revoked_fraction"] <= 1 for r in runs)
+    assert {r["mode"] for r in runs} == {
+        "strict",
+        "on-demand-eff",
+        "ps-model",
+        "ps-model-size-split",
+    }
     assert any("pooled_revoked_fraction" in r for r in rows)
 
 
