@@ -110,7 +110,11 @@ def test_elastic_job_shrinks_and_loses_no_work():
     r = Simulator([elastic], spec, SpreadOnce(), cfg, FirstDies(300.0)).run()
     (run,) = r.jobs
     assert run.revocations == 1 and run.lost_progress == 0 and run.finish_s is not None
-    assert run.restarts == 0 and run.num_gpus == 0  # shrunk to 2 GPUs in place, then done
+    assert run.restarts == 0 and run.num_gpus == 0  # no restart, and done at the end
+    # shrunk in place: 2 GPUs on each node until the revocation at 300 s, then the surviving
+    # node's 2 to the end (no replacement comes: replace_delay_s is 1e6)
+    assert run.gpu_s == pytest.approx(4 * 300.0 + 2 * (run.finish_s - 300.0))
+    assert (300.0, 2) in r.timeline
     assert r.revoked_nodes == 1
 
 
