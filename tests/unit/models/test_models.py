@@ -51,9 +51,14 @@ def test_symbolic_trace_matches_eager(name):
         inputs = (inputs[0], torch.ones_like(inputs[0]), torch.zeros_like(inputs[0]))
     gm = fx.symbolic_trace(model)
     torch.testing.assert_close(gm(*inputs), model(*inputs))
-    # Blocks are traceable one by one too (what schedules trace).
-    targets = {n.target for n in gm.graph.nodes if n.op == "call_module"}
-    assert any(t.endswith("proj") or "conv" in t for t in targets)
+    # Blocks are traceable one by one too (what schedules trace), down to their projections
+    # or convolutions, the layers the schedules rewrite.
+    blocks = next(c for c in model.children() if isinstance(c, torch.nn.ModuleList))
+    assert len(blocks) > 0
+    for block in blocks:
+        graph = fx.symbolic_trace(block).graph
+        targets = {n.target for n in graph.nodes if n.op == "call_module"}
+        assert any(t.endswith("proj") or "conv" in t for t in targets), targets
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
