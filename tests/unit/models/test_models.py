@@ -91,7 +91,7 @@ def test_rotary_preserves_norm_and_depends_on_relative_position():
     k = torch.randn(1, 1, 1, 8).expand(1, 1, 16, 8).contiguous()
     qr, kr = rope(q, k)
     torch.testing.assert_close(qr.norm(dim=-1), q.norm(dim=-1))
-    scores = (qr[0, 0] @ kr[0, 0].T).diagonal(offset=3)  # q at t+3 with k at t: same offset
+    scores = (qr[0, 0] @ kr[0, 0].T).diagonal(offset=3)  # q at t with k at t+3: same offset
     torch.testing.assert_close(scores, scores[0].expand_as(scores))
 
 
