@@ -6,6 +6,7 @@ import pytest
 
 from shoal.cluster.provider import Offer
 from shoal.control.scaler import Goal, Scaler, ScalerInput
+from shoal.errors import UserError
 from shoal.sim.scenario import Scenario, simulate
 
 
@@ -79,7 +80,7 @@ def test_the_replay_counts_the_join_delay_the_live_scaler_had_measured_by_then(t
     assert {o.startup_s for o in run.scaler_input().offers} == {900.0}
     old = _Run(fixed(tmp_path, join_delay_s=600.0))  # a scenario without the pairs
     assert old.counted_delay() == 600.0
-    with pytest.raises(Exception, match="join_delays"):
+    with pytest.raises(UserError, match="join_delays must be .* delay_s >= 0"):
         fixed(tmp_path, join_delays=((1.0, -2.0),))
 
 

@@ -110,7 +110,11 @@ def test_elastic_job_shrinks_and_loses_no_work():
     r = Simulator([elastic], spec, SpreadOnce(), cfg, FirstDies(300.0)).run()
     (run,) = r.jobs
     assert run.revocations == 1 and run.lost_progress == 0 and run.finish_s is not None
-    assert run.restarts == 0 and run.num_gpus == 0  # shrunk to 2 GPUs in place, then done
+    assert run.restarts == 0 and run.num_gpus == 0  # no restart, and done at the end
+    # shrunk in place: 2 GPUs on each node until the revocation at 300 s, then the surviving
+    # node's 2 to the end (no replacement comes: replace_delay_s is 1e6)
+    assert run.gpu_s == pytest.approx(4 * 300.0 + 2 * (run.finish_s - 300.0))
+    assert (300.0, 2) in r.timeline
     assert r.revoked_nodes == 1
 
 
@@ -145,10 +149,12 @@ def test_same_seed_same_result_and_seeds_differ_with_spot():
 def test_no_revocations_model_never_revokes():
     jobs = [_job(f"j{i}", arrival=100.0 * i) for i in range(5)]
     spec = parse_cluster("2x4xt4:spot")
+    before = random.getstate()
     r = Simulator(jobs, spec, make_policy("pollux"), SimConfig()).run()
     assert r.revoked_nodes == 0
     assert math.isinf(r.nodes[0].revoke_s)
-    assert random.Random(0)  # the module's own RNGs are seeded, not global
+    # the run draws only from its own seeded RNGs: the global one is left where it was
+    assert random.getstate() == before
 
 
 def test_results_do_not_depend_on_what_ran_before():
