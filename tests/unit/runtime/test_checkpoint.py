@@ -21,9 +21,12 @@ def test_round_trip_and_newest_wins(tmp_path):
 def test_keeps_only_the_newest(tmp_path):
     for s in range(5):
         save_checkpoint(str(tmp_path), s, state(s), FP, keep=2)
-    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
+    # a checkpoint is its manifest and its payload: both of the older ones are gone
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
         "ckpt-000000003.json",
+        "ckpt-000000003.pt",
         "ckpt-000000004.json",
+        "ckpt-000000004.pt",
     ]
 
 
