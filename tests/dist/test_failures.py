@@ -61,9 +61,10 @@ def test_stalled_worker_is_declared_lost_and_rejoins(tmp_path):
     lost = [e for e in events if e["event"] == "fail" and e["worker"] == "w1"]
     assert lost and "after its group ended (stalled?)" in lost[0]["detail"]
     assert "w1 (v100) lost: no response" in stderr  # the console says so
+    # back in the group as a newcomer: it rejoined at step 10 of 30 here (SIGCONT 7 s after
+    # the stall at step 4), so the run does not end first even on a loaded host
     rejoined = [e for e in events if e["event"] == "join" and e["worker"] == "w1"]
-    warned = "w1 (v100) was declared lost, did not come back" in stderr
-    assert rejoined or warned  # back in the group, or the run ended first and says so
+    assert rejoined, [(e["event"], e["worker"], e["step"]) for e in events]
 
 
 @pytest.mark.timeout(60)

@@ -4,8 +4,6 @@ never another exception, never a hang, never a file written."""
 
 import contextlib
 import io
-import os
-import pathlib
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,7 +126,3 @@ def test_run_flags_give_a_valid_configuration_or_one_line_and_exit_2(pairs):
 )
 def test_checkpoint_configuration(every, seconds, where):
     refused_in_one_line(lambda: CheckpointConfig(every, seconds, where))
-
-
-def test_the_fuzzed_directory_is_empty_here():
-    assert not any(pathlib.Path(os.getcwd()).iterdir())

@@ -67,7 +67,8 @@ def dtensor_backend_embedding_and_sp(rank: int) -> None:
     close(model.mlp.fc1.weight.grad.full_tensor(), ref.mlp.fc1.weight.grad)
 
 
-def dtensor_backend_sequence_parallel_verify(rank: int) -> None:
+def dtensor_backend_verify(rank: int) -> None:
+    """Verify accepts a correct tensor-parallel MLP schedule lowered to DTensor styles."""
     sch = slapo.create_schedule(MLP(), backend="dtensor")
     x = torch.randn(2, 4, 8)
     dist.broadcast(x, 0)
@@ -80,6 +81,6 @@ def dtensor_backend_sequence_parallel_verify(rank: int) -> None:
 
 CASES = {
     "dtensor_backend_mlp": dtensor_backend_mlp,
-    "dtensor_backend_verify": dtensor_backend_sequence_parallel_verify,
+    "dtensor_backend_verify": dtensor_backend_verify,
     "dtensor_backend_embedding_sp": dtensor_backend_embedding_and_sp,
 }

@@ -45,8 +45,12 @@ def test_the_last_call_ends(ctl, monkeypatch):
     assert ctl.members == ["w1"]  # w2 joins later, as a newcomer
 
 
-def test_a_worker_that_died_or_was_declared_lost_is_not_waited_for(ctl):
-    ctl.workers["w2"].proc = types.SimpleNamespace(poll=lambda: 1)
+@pytest.mark.parametrize("how", ["died", "declared lost"])
+def test_a_worker_that_died_or_was_declared_lost_is_not_waited_for(ctl, how):
+    if how == "died":
+        ctl.workers["w2"].proc = types.SimpleNamespace(poll=lambda: 1)
+    else:  # alive, but silent past an earlier group's deadline (a stall): it may never wake
+        ctl.workers["w2"].declared_lost = True
     ready(ctl, "w1")
     ctl.admit_and_regroup()
     assert ctl.members == ["w1"]
