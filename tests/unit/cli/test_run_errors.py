@@ -100,3 +100,14 @@ def test_bad_count_fails_before_any_worker(capsys, tmp_path, flag):
     )
     assert code == 2 and f"{flag} must be >= 1, got 0" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path):
+    """The run stops before any step: the missing scenario it cannot write (no step measured)
+    used to replace the cause with 'scenario: host_s must be > 0'."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--provider", "local", "--outage", "v100:on_demand:0-100",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert "the provider has no v100:on_demand capacity at launch" in err
