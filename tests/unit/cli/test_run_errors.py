@@ -111,3 +111,13 @@ def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path):
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1
     assert "the provider has no v100:on_demand capacity at launch" in err
+
+
+def test_thread_count_past_the_bound(capsys, tmp_path):
+    """100000 threads crashed the worker in OpenMP (exit code -11, the run 'failed')."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--threads", "100000",
+    )  # fmt: skip
+    assert code == 2 and "--threads must be <= 1024, got 100000" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
