@@ -121,3 +121,17 @@ def test_thread_count_past_the_bound(capsys, tmp_path):
     )  # fmt: skip
     assert code == 2 and "--threads must be <= 1024, got 100000" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_checkpoint_dir_that_is_a_file(capsys, tmp_path, under):
+    """A file in its place trained every step, then failed writing the checkpoint with
+    'checkpoint.py:63: FileExistsError'."""
+    blocker = tmp_path / "file"
+    blocker.write_text("kept")
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--checkpoint-dir", str(blocker / under),
+    )  # fmt: skip
+    assert code == 2 and f"{blocker} is not a directory" in err and err.count("\n") == 1
+    assert blocker.read_text() == "kept" and not (tmp_path / "o").exists()
