@@ -55,6 +55,11 @@ def test_bad_philly_row(tmp_path):
         (["--cluster", "4x4xh100"], "unknown device kind 'h100'"),
         (["--spot", "half"], "bad --spot fraction"),
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
+        # NaN was 'cannot convert float NaN to integer'; --tick inf finished no job, exit 0
+        (["--tick", "nan"], "tick_s must be finite and > 0, got nan"),
+        (["--tick", "inf"], "tick_s must be finite and > 0, got inf"),
+        (["--restart-s", "nan"], "restart_s must be finite and >= 0, got nan"),  # was taken
+        (["--rescale-s", "inf"], "rescale_s must be finite and >= 0, got inf"),  # never ended
     ],
 )
 def test_cli_user_errors_are_one_line_exit_2(capsys, argv, message):
