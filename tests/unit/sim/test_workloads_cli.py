@@ -31,6 +31,9 @@ def test_philly_sampling_is_seeded_and_consecutive():
         ("a,-5,cifar10,2,128", "time must be >= 0"),
         ("a,10,resnet9000,2,128", "unknown application"),
         ("a,10,cifar10", "bad or missing 'num_replicas'"),
+        # NaN was 'cannot convert float NaN to integer'; inf ran no job to makespan inf, exit 0
+        ("a,nan,cifar10,2,128", "bad or missing 'time' value 'nan'"),
+        ("a,inf,cifar10,2,128", "bad or missing 'time' value 'inf'"),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, row, message):
@@ -45,6 +48,24 @@ def test_bad_philly_row(tmp_path):
     path = tmp_path / "philly.csv"
     path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\nyesterday,60,1,60,x\n")
     with pytest.raises(UserError, match=f"{path}:2: bad timestamp"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize("gpus", ["inf", "1e400"])
+def test_philly_row_with_infinite_gpus(tmp_path, gpus):
+    """Was a traceback: OverflowError, cannot convert float infinity to integer."""
+    path = tmp_path / "philly.csv"
+    path.write_text(f"timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03,60,{gpus},60,x\n")
+    with pytest.raises(UserError, match=f"{path}:2: bad or missing 'num_gpus'"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize("header", [b"", HEADER.encode()])
+def test_binary_workload_file(tmp_path, header):
+    """Was "'utf-8' codec can't decode byte", naming no file."""
+    path = tmp_path / "w.csv"
+    path.write_bytes(header + b"\xff\xfe\x00garbage\n")
+    with pytest.raises(UserError, match=f"{path}: not UTF-8 text"):
         load_workload(str(path))
 
 
