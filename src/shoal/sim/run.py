@@ -8,6 +8,7 @@ from pathlib import Path
 from shoal.cluster.nodes import PRESETS, parse_cluster
 from shoal.cluster.revocation import revocation_model
 from shoal.errors import UserError
+from shoal.runtime.outputs import prepare_out_dir
 from shoal.sim.policies import POLICIES, make_policy
 from shoal.sim.report import format_comparison, summarize, write_outputs
 from shoal.sim.simulator import SimConfig, Simulator
@@ -59,13 +60,14 @@ def simulate_cli(args: Namespace) -> str:
         tick_s=args.tick, restart_s=args.restart_s, rescale_s=args.rescale_s, seed=args.seed
     )
     policies = args.compare.split(",") if args.compare else [args.policy]
+    outs: list[Path | None] = []
     for name in policies:
-        make_policy(name)  # fail on a bad name before any work
+        make_policy(name)  # fail on a bad name (or a file where --out goes) before any work
+        outs.append(None if args.out is None else args.out / name if args.compare else args.out)
+        if outs[-1] is not None:
+            prepare_out_dir(outs[-1])
     summaries = []
-    for name in policies:
-        out = None
-        if args.out is not None:
-            out = args.out / name if args.compare else args.out
+    for name, out in zip(policies, outs, strict=True):
         summaries.append(
             simulate(name, args.workload, args.cluster, args.spot, config, out, not args.no_plots)
         )

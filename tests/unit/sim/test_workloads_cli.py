@@ -133,3 +133,15 @@ def test_unknown_gpu_kind_in_easyscale_row(tmp_path):
     path.write_text(header + "a,10,bert,4,8,1,1,v100,0\nb,20,bert,4,8,1,1,h100,0\n")
     with pytest.raises(UserError, match=f"{path}:3: unknown GPU kind 'h100'"):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize("compare", [[], ["--compare", "yarn-cs,shoal"]])
+def test_cli_out_that_is_a_file_exit_2(tmp_path, capsys, compare):
+    """Was a traceback (FileExistsError) after the whole simulation had run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("kept")
+    argv = ["simulate", *compare, "--workload", "philly:2", "--out", str(blocker)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{blocker}" in err and err.count("\n") == 1
+    assert blocker.read_text() == "kept"
