@@ -290,6 +290,8 @@ def _parse_quota(raw: Any) -> dict[tuple[str, str], int] | None:
             raw = {(str(k), str(t)): n for k, t, n in raw}
         except (TypeError, ValueError):
             raise UserError("provider: quota must be [[kind, tier, n], ...]") from None
+    elif not isinstance(raw, Mapping):  # e.g. a scenario file's "quota": 5
+        raise UserError("provider: quota must be [[kind, tier, n], ...]")
     out = {}
     for key, n in dict(raw).items():
         if isinstance(key, str):
