@@ -8,7 +8,6 @@ from pathlib import Path
 from shoal.cluster.nodes import PRESETS, parse_cluster
 from shoal.cluster.revocation import revocation_model
 from shoal.errors import UserError
-from shoal.runtime.outputs import prepare_out_dir
 from shoal.sim.policies import POLICIES, make_policy
 from shoal.sim.report import format_comparison, summarize, write_outputs
 from shoal.sim.simulator import SimConfig, Simulator
@@ -55,6 +54,14 @@ def simulate(
     return summarize(result)
 
 
+def _check_out(out: Path) -> None:
+    """An output directory that cannot be made (a file in its place) fails before any work."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
+
+
 def simulate_cli(args: Namespace) -> str:
     config = SimConfig(
         tick_s=args.tick, restart_s=args.restart_s, rescale_s=args.rescale_s, seed=args.seed
@@ -65,7 +72,7 @@ def simulate_cli(args: Namespace) -> str:
         make_policy(name)  # fail on a bad name (or a file where --out goes) before any work
         outs.append(None if args.out is None else args.out / name if args.compare else args.out)
         if outs[-1] is not None:
-            prepare_out_dir(outs[-1])
+            _check_out(outs[-1])
     summaries = []
     for name, out in zip(policies, outs, strict=True):
         summaries.append(
