@@ -36,6 +36,8 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--kinds", "v100,tpu9"], "tpu9"),
         ([*PROVIDER, "--notice", "soon"], "--notice"),
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
+        # an infinite cadence trained every step, then failed on the scenario it could not write
+        ([*PROVIDER, "--scale-every", "inf"], "--scale-every must be > 0 seconds, got inf"),
         ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
     ],
 )

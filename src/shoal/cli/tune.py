@@ -123,10 +123,19 @@ def _tune(args: argparse.Namespace) -> int:
             threads=args.threads,
             seed=args.seed,
         )
-    except (TypeError, ValueError) as exc:
+    except TypeError as exc:  # only --config values reach a typed field unparsed: n_layer=abc
+        raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
+    except ValueError as exc:
         raise UserError(str(exc)) from None
-    if args.timeout_s <= 0:
+    if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
+    if args.out is not None:  # checked before the trials, not after them
+        if args.out.is_dir():
+            raise UserError(f"--out {args.out}: is a directory (give a JSON file's path)")
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"cannot write to --out {str(args.out)!r}: {exc.strerror}") from None
 
     def measure(spec: TrialSpec, cap: float):
         return run_trial(spec, memory_cap_mb=cap, timeout_s=args.timeout_s)

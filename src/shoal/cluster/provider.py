@@ -290,9 +290,14 @@ def _parse_quota(raw: Any) -> dict[tuple[str, str], int] | None:
             raw = {(str(k), str(t)): n for k, t, n in raw}
         except (TypeError, ValueError):
             raise UserError("provider: quota must be [[kind, tier, n], ...]") from None
+    elif not isinstance(raw, Mapping):  # e.g. a scenario file's "quota": 5
+        raise UserError("provider: quota must be [[kind, tier, n], ...]")
     out = {}
     for key, n in dict(raw).items():
-        kind, _, tier = key.partition(":") if isinstance(key, str) else key
+        if isinstance(key, str):
+            kind, _, tier = key.partition(":")
+        else:  # (kind, tier): a ProviderConfig's quota_map, the scenario file's list
+            kind, tier = key
         if not isinstance(n, int) or isinstance(n, bool):
             raise UserError(f"quota of {key!r} must be an integer")
         out[(load_devices().check(kind), _check_tier(tier))] = n

@@ -22,6 +22,9 @@ from shoal.config.slowlink import SlowLinkConfig
 from shoal.errors import UserError
 
 CONFIG_ENV = "SHOAL_CONFIG"
+# --threads: a sanity bound on the flag, not a resource policy (OpenMP crashes the worker at a
+# thread count it cannot create, e.g. 100000)
+MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         at_least(self.steps, 1, "--steps")
         at_least(self.threads, 1, "--threads")
+        if self.threads > MAX_THREADS:
+            raise UserError(f"--threads must be <= {MAX_THREADS}, got {self.threads}")
         at_least(self.replan_every, 1, "--replan-every")
         at_least(self.max_micro_batches, 1, "--max-micro-batches")
         if not self.peer_timeout_s > 0:

@@ -3,6 +3,7 @@ site spec. Pure: no torch, no argparse."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from shoal.config.fields import option
@@ -112,8 +113,8 @@ class SlowLinkConfig:
         h = self.local_steps
         if h is not None and (int(h) != h or h < 1):
             raise UserError(f"--local-steps: local steps H must be an integer >= 1, got {h}")
-        if not self.outer_lr > 0:
-            raise UserError(f"--outer-lr must be > 0, got {self.outer_lr}")
+        if not 0 < self.outer_lr < math.inf:  # inf: the first outer step makes the state inf
+            raise UserError(f"--outer-lr must be > 0 and finite, got {self.outer_lr}")
         if not 0 <= self.outer_momentum < 1:
             raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
         if self.pipeline and not self.compress.startswith(("topk:", "blocktopk:")):

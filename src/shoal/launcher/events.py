@@ -65,8 +65,11 @@ def parse_events(text: str, source: str = "--events") -> list[Event]:
         path = pathlib.Path(text)
         if not _is_file(text):
             raise UserError(f"{source}: no such events file {text[:200]!r}")
+        try:
+            lines = path.read_text().replace(";", "\n").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"{source} {path}: cannot read ({exc.__class__.__name__})") from None
         source = str(path)
-        lines = path.read_text().replace(";", "\n").splitlines()
     events = []
     for number, raw in enumerate(lines, start=1):
         item = raw.split("#", 1)[0].strip()

@@ -11,7 +11,9 @@ run will do to the directory's files:
 - a resume never deletes the previous `result.json` before it succeeds: it is set aside and
   put back if the run fails, and a resume that fails before training a step takes back the
   lines it appended to metrics.jsonl, so it leaves the directory as it found it (the worker
-  logs are the exception: they say why it failed).
+  logs are the exception: they say why it failed);
+- a resume reads the metrics file first: an unreadable line is an error naming it, and a last
+  line cut off by a crash mid-write is ended or dropped before the resume appends to it.
 `run_in_directory` is the launcher's one call: lock, decide, run, read the result.
 """
 
@@ -29,7 +31,7 @@ from contextlib import contextmanager
 
 from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
-from shoal.metrics import METRICS_FILE, RESULT_FILE
+from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
 from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
 
 LOCK_FILE = ".shoal.lock"
@@ -127,6 +129,32 @@ def unchanged_if_failed(out: pathlib.Path):
                 os.replace(aside, current)
 
 
+def check_metrics(path: pathlib.Path) -> None:
+    """Before a resume appends to the run's metrics file: a bad line is an error naming it,
+    before any worker starts (the controller reads every line), and a last line cut off by a
+    crash mid-write is ended (if whole) or dropped with a warning (if not), so that the resume's
+    first line does not run into it and leave an unreadable line mid-file."""
+    if not path.is_file():
+        return
+    data = path.read_bytes()
+    for _ in parse_metrics_bytes(data, str(path)):
+        pass
+    cut = data.rfind(b"\n") + 1
+    if cut == len(data):
+        return
+    try:
+        parse_line(data[cut:].decode(), str(path))
+    except (UserError, UnicodeDecodeError):
+        sys.stderr.write(
+            f"shoal: warning: {path}: dropping its last line, cut off mid-write: "
+            f"{data[cut:][:60]!r}\n"
+        )
+        os.truncate(path, cut)
+        return
+    with open(path, "ab") as f:
+        f.write(b"\n")
+
+
 def _tail(path: pathlib.Path, offset: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(offset)
@@ -172,6 +200,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
             )
             return done
         step = check_resumable(config.checkpoint.dir or str(out / "checkpoints"))
+        check_metrics(out / METRICS_FILE)
         sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")
         with unchanged_if_failed(out):
             run()

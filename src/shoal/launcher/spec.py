@@ -122,8 +122,16 @@ def load_job(config: RunConfig):
 
 
 def check_storage(url: str | None) -> None:
-    """An fsspec URL's filesystem must be installed here before any worker needs it."""
-    if not url or "://" not in url:
+    """An fsspec URL's filesystem must be installed here before any worker needs it; a local
+    directory must not be (or lie under) a file, which would fail the first checkpoint."""
+    if not url:
+        return
+    if "://" not in url:
+        path = pathlib.Path(url)
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        if not path.is_dir():
+            raise UserError(f"--checkpoint-dir {url}: {path} is not a directory")
         return
     import fsspec
 

@@ -181,7 +181,10 @@ class Controller:
                 if w.proc.poll() is None:
                     w.proc.kill()
             if self.driver:  # the servers are released: the ledger ends here too
-                self.driver.finish()
+                try:
+                    self.driver.finish()
+                except UserError:  # no step measured, no scenario: tell what stopped the run
+                    pass
             if stopped:
                 raise RunFailed(stopped) from None
             raise

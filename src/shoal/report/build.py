@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from shoal.errors import UserError
 from shoal.report.load import load_run
 from shoal.report.page import render_page
 from shoal.report.plots import render_plots
@@ -25,11 +26,16 @@ def write_report(directory: str | Path) -> Path:
     directory = Path(directory)
     run = load_run(directory)
     timeline = build_timeline(run)
-    paths = render_plots(run, timeline, directory / PLOTS_DIR)
-    images = {name: f"{PLOTS_DIR}/{path.name}" for name, path in paths.items()}
-    page = render_page(str(directory), summarize(run), timeline, images)
     target = directory / PAGE_FILE
     tmp = target.with_name(f".{PAGE_FILE}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, target)
+    try:  # a file where DIR/report/ goes, a directory where report.html goes, no permission
+        paths = render_plots(run, timeline, directory / PLOTS_DIR)
+        images = {name: f"{PLOTS_DIR}/{path.name}" for name, path in paths.items()}
+        page = render_page(str(directory), summarize(run), timeline, images)
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        where = exc.filename2 or exc.filename or target  # os.replace: the target
+        raise UserError(f"cannot write the report: {where}: {exc.strerror or exc}") from None
     return target

@@ -54,18 +54,27 @@ def simulate(
     return summarize(result)
 
 
+def _check_out(out: Path) -> None:
+    """An output directory that cannot be made (a file in its place) fails before any work."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write to --out {str(out)!r}: {exc.strerror or exc}") from None
+
+
 def simulate_cli(args: Namespace) -> str:
     config = SimConfig(
         tick_s=args.tick, restart_s=args.restart_s, rescale_s=args.rescale_s, seed=args.seed
     )
     policies = args.compare.split(",") if args.compare else [args.policy]
+    outs: list[Path | None] = []
     for name in policies:
-        make_policy(name)  # fail on a bad name before any work
+        make_policy(name)  # fail on a bad name (or a file where --out goes) before any work
+        outs.append(None if args.out is None else args.out / name if args.compare else args.out)
+        if outs[-1] is not None:
+            _check_out(outs[-1])
     summaries = []
-    for name in policies:
-        out = None
-        if args.out is not None:
-            out = args.out / name if args.compare else args.out
+    for name, out in zip(policies, outs, strict=True):
         summaries.append(
             simulate(name, args.workload, args.cluster, args.spot, config, out, not args.no_plots)
         )

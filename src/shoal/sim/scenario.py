@@ -163,6 +163,8 @@ def _validate(sc: Scenario) -> None:
     _check(isinstance(sc.slowdowns, dict), "slowdowns must be an object kind -> slowdown")
     for kind, slow in sc.slowdowns.items():
         _check(_number(slow) and slow >= 1, f"slowdown of {kind!r} must be a number >= 1")
+    for name in ("initial_ready", "autoscale", "restart_from_checkpoint"):  # "no" is truthy
+        _check(isinstance(getattr(sc, name), bool), f"{name} must be true or false")
     _check(isinstance(sc.provider, dict), "provider must be an object")
     _check(isinstance(sc.goal, dict), "goal must be an object")
     _check(set(sc.goal) <= {"deadline_s", "budget_usd"}, "goal takes deadline_s or budget_usd")
@@ -171,7 +173,6 @@ def _validate(sc: Scenario) -> None:
         Goal(**sc.goal)
     provider = provider_from_config(sc.provider)
     _check(isinstance(sc.initial, dict), "initial must be an object 'kind:tier' -> count")
-    _check(isinstance(sc.initial_ready, bool), "initial_ready must be true or false")
     for key in initial_counts(sc):
         _check(key[0] in provider.kinds, f"initial kind {key[0]!r} is not in the provider's kinds")
     _check(sc.autoscale or bool(initial_counts(sc)), "a fixed mix (autoscale off) needs initial")

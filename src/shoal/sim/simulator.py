@@ -42,9 +42,12 @@ class SimConfig:
     max_time_s: float = 365 * 86400.0
 
     def __post_init__(self) -> None:
+        # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
+        # simulation that never ticked (no job finished) or never ended
         for name in ("tick_s", "restart_s", "rescale_s", "checkpoint_interval_s"):
-            if getattr(self, name) < 0 or (name == "tick_s" and self.tick_s == 0):
-                raise ValueError(f"{name} must be positive")
+            value, low = getattr(self, name), "> 0" if name == "tick_s" else ">= 0"
+            if not (value > 0 if name == "tick_s" else value >= 0) or math.isinf(value):
+                raise UserError(f"{name} must be finite and {low}, got {value}")
         if self.refresh_points < 1:
             raise ValueError("refresh_points must be >= 1")
 

@@ -134,6 +134,8 @@ def load_cluster_file(path: Path) -> TransientCluster:
         text = path.read_text()
     except OSError as exc:
         raise UserError(f"cannot read cluster file {str(path)!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"cannot read cluster file {str(path)!r}: not UTF-8 text") from None
     servers: list[Server | None] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         for item in (s.strip() for s in line.split("#", 1)[0].split(",")):

@@ -59,20 +59,25 @@ def mean_gain(app: str, batch_size: float) -> float:
 
 
 def _rows(path: Path):
-    with path.open(newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            raise UserError(f"{path}:1: empty workload file")
-        for lineno, row in enumerate(reader, start=2):
-            if row and any(cell.strip() for cell in row):
-                yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                raise UserError(f"{path}:1: empty workload file")
+            for lineno, row in enumerate(reader, start=2):
+                if row and any(cell.strip() for cell in row):
+                    yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
 
 
 def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
     try:
         value = kind(row[key])
-    except (KeyError, TypeError, ValueError):
+        if not math.isfinite(value):  # NaN or inf seconds, GPUs: a simulation that never ends
+            raise ValueError
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise UserError(f"{path}:{lineno}: bad or missing {key!r} value {row.get(key)!r}") from None
     if minimum is not None and value < minimum:
         raise UserError(f"{path}:{lineno}: {key} must be >= {minimum}, got {value}")
@@ -212,8 +217,11 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
     path = Path(spec)
     if not path.is_file():
         raise UserError(f"workload file not found: {spec}")
-    with path.open() as fh:
-        header = fh.readline()
+    try:
+        with path.open() as fh:
+            header = fh.readline()
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text") from None
     if "max_parallelism" in header:
         return load_easyscale_workload(path)
     if "num_replicas" in header:

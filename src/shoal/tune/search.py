@@ -107,7 +107,7 @@ def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bo
 
 
 def _check(memory_cap_mb: float, n_trials: int, objective: str) -> None:
-    if memory_cap_mb <= 0:
+    if not memory_cap_mb > 0:  # `not >` also refuses NaN
         raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
     if n_trials < 1:
         raise ValueError(f"number of trials must be >= 1, got {n_trials}")

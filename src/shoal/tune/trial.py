@@ -54,6 +54,8 @@ class TrialSpec:
             raise ValueError(f"ckpt_ratio must be in [0, 1], got {self.ckpt_ratio}")
         if self.world_size < 1 or self.steps < 1 or self.warmup_steps < 0:
             raise ValueError("world_size and steps must be >= 1, warmup_steps >= 0")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: auto), got {self.threads}")
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
 

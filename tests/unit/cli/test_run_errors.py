@@ -100,3 +100,38 @@ def test_bad_count_fails_before_any_worker(capsys, tmp_path, flag):
     )
     assert code == 2 and f"{flag} must be >= 1, got 0" in err and err.count("\n") == 1
     assert not (tmp_path / "o").exists()
+
+
+def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path):
+    """The run stops before any step: the missing scenario it cannot write (no step measured)
+    used to replace the cause with 'scenario: host_s must be > 0'."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--provider", "local", "--outage", "v100:on_demand:0-100",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert "the provider has no v100:on_demand capacity at launch" in err
+
+
+def test_thread_count_past_the_bound(capsys, tmp_path):
+    """100000 threads crashed the worker in OpenMP (exit code -11, the run 'failed')."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--threads", "100000",
+    )  # fmt: skip
+    assert code == 2 and "--threads must be <= 1024, got 100000" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("under", ["", "sub"])
+def test_checkpoint_dir_that_is_a_file(capsys, tmp_path, under):
+    """A file in its place trained every step, then failed writing the checkpoint with
+    'checkpoint.py:63: FileExistsError'."""
+    blocker = tmp_path / "file"
+    blocker.write_text("kept")
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--checkpoint-dir", str(blocker / under),
+    )  # fmt: skip
+    assert code == 2 and f"{blocker} is not a directory" in err and err.count("\n") == 1
+    assert blocker.read_text() == "kept" and not (tmp_path / "o").exists()

@@ -13,6 +13,7 @@ from shoal.cluster.provider import (
     provider_from_config,
 )
 from shoal.cluster.revocation import EmpiricalLifetimes, TraceRevocations, revocation_model
+from shoal.config.provider import ProviderConfig
 from shoal.errors import UserError
 
 
@@ -202,6 +203,22 @@ def test_provider_from_config_dict(tmp_path):
     assert provider.request("v100", "on_demand", 5.0) is None
     with pytest.raises(UserError, match="unknown device kind"):
         provider_from_config({"kinds": ["k80", "a100"]})
+
+
+@pytest.mark.parametrize(
+    "quota",
+    [
+        ProviderConfig(name="local", kinds="k80", quota=("k80:spot=1",)),  # `shoal run --quota`
+        {"kinds": "k80", "quota": [["k80", "spot", 1]]},  # a scenario file's quota
+    ],
+)
+def test_quota_keyed_by_kind_and_tier_pairs(quota):
+    """`--quota KIND:TIER=N` reaches the provider as (kind, tier) keys: it used to fail to
+    unpack them ('not enough values to unpack'), so any --quota stopped `shoal run`."""
+    provider = provider_from_config(quota)
+    assert provider.quota == {("k80", "spot"): 1}
+    with pytest.raises(UserError, match="unknown device kind 'tpu'"):
+        provider_from_config(ProviderConfig(name="local", kinds="k80", quota=("tpu:spot=1",)))
 
 
 def test_the_shipped_bamboo_trace_loads_as_the_revocation_module_reads_it():

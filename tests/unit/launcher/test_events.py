@@ -48,3 +48,11 @@ def test_events_file(tmp_path):
 def test_bad_events_name_the_problem(text, needle):
     with pytest.raises(UserError, match=needle):
         parse_events(text)
+
+
+def test_an_events_file_that_is_not_text(tmp_path):
+    """Binary garbage was "'utf-8' codec can't decode byte 0xff", naming no file or flag."""
+    f = tmp_path / "ev.bin"
+    f.write_bytes(b"\x00\xff\xfe garbage")
+    with pytest.raises(UserError, match=r"--events .*ev\.bin: cannot read \(UnicodeDecodeError\)"):
+        parse_events(str(f))

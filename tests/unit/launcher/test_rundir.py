@@ -97,6 +97,43 @@ def test_a_resume_that_trained_keeps_its_lines_when_it_fails_later(tmp_path):
     assert '"step": 10' in (tmp_path / "metrics.jsonl").read_text()
 
 
+@pytest.mark.parametrize(
+    "tail, kept",
+    [
+        ('{"kind": "st', ""),  # cut off mid-line: dropped, with a warning
+        ('{"kind": "step", "step": 9}', '{"kind": "step", "step": 9}\n'),  # only its newline
+    ],
+)
+def test_a_resume_does_not_run_into_a_line_cut_off_by_a_crash(tmp_path, capsys, tail, kept):
+    """The resume's first line used to be appended onto the cut-off one: the controller failed
+    on it after training, and the file kept an unreadable line mid-file (`shoal report` too)."""
+    checkpoint(tmp_path, 10)
+    head = '{"kind": "step", "step": 8}\n'
+    (tmp_path / "metrics.jsonl").write_text(head + tail)
+
+    def appends():
+        append_line(tmp_path / "metrics.jsonl", {"kind": "step", "step": 10})
+        (tmp_path / "result.json").write_text('{"final_step": 20}')
+
+    run_in_directory(config(tmp_path, steps=20), appends)
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text == head + kept + '{"kind": "step", "step": 10}\n'
+    assert ("dropping its last line" in capsys.readouterr().err) == (not kept)
+
+
+@pytest.mark.parametrize(
+    "bad, needle", [(b"\xff\xfe\n", "not UTF-8 text"), (b"[1, 2]\n", "line 2: expected a JSON")]
+)
+def test_a_resume_refuses_an_unreadable_metrics_line_before_it_runs(tmp_path, bad, needle):
+    """Binary garbage failed the controller mid-run with a bare "'utf-8' codec can't decode"."""
+    checkpoint(tmp_path, 10)
+    (tmp_path / "metrics.jsonl").write_bytes(b'{"kind": "step", "step": 8}\n' + bad)
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(UserError, match=needle):
+        run_in_directory(config(tmp_path, steps=20), lambda: pytest.fail("ran"))
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+
+
 def test_fingerprint_follows_the_job_files_contents_not_its_name(tmp_path):
     model = torch.nn.Linear(2, 1)
     job = SimpleNamespace(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)

@@ -62,3 +62,19 @@ def test_truncated_last_line_is_skipped(tmp_path, capsys):
     assert main(["report", str(directory)]) == 0
     assert capsys.readouterr().out.strip() == f"wrote {directory / 'report.html'}"
     assert [s.step for s in load_run(directory).steps] == list(range(1, 9))
+
+
+@pytest.mark.parametrize("blocked", ["report.html", "report"])
+def test_an_output_path_taken_is_exit_2(tmp_path, capsys, blocked):
+    """A directory named report.html, or a file named report (the plots' folder), was a
+    traceback (IsADirectoryError, FileExistsError) and exit code 1."""
+    directory = write_synthetic_run(tmp_path / "run", num_steps=8)
+    taken = directory / blocked
+    if blocked == "report.html":
+        taken.mkdir()
+    else:
+        taken.write_text("kept")
+    assert main(["report", str(directory)]) == 2
+    assert f"cannot write the report: {taken}" in _one_line_error(capsys)
+    assert not (directory / ".report.html.tmp").exists()
+    assert taken.is_dir() or taken.read_text() == "kept"

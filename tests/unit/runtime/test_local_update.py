@@ -2,6 +2,7 @@
 its state as training state."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -114,6 +115,14 @@ def test_fewer_than_one_local_step_is_refused(h):
         SlowLinkConfig(local_steps=h)
     with pytest.raises(UserError, match="--outer-momentum"):
         SlowLinkConfig(local_steps=2, outer_momentum=1.0)
+
+
+@pytest.mark.parametrize("lr", [0.0, -1.0, math.nan, math.inf])
+def test_outer_lr_must_be_positive_and_finite(lr):
+    """inf was taken: the first outer step made the state inf and the run stopped on a
+    non-finite loss that did not name the flag."""
+    with pytest.raises(UserError, match="--outer-lr must be > 0 and finite"):
+        SlowLinkConfig(local_steps=2, outer_lr=lr)
 
 
 def test_sites_are_the_spec_else_torchrun_nodes_else_one(monkeypatch):

@@ -195,6 +195,11 @@ def test_json_round_trip_and_bad_scenarios(tmp_path):
         ({"provider": {"kinds": "h100"}}, "unknown device kind"),
         ({"autoscale": False, "initial": {}}, "needs initial"),
         ({"initial": {"k80:reserved": 1}}, "KIND:on_demand or KIND:spot"),
+        # a traceback (TypeError: 'int' object is not iterable)
+        ({"provider": {"kinds": "k80", "quota": 5}}, "quota must be \\[\\[kind, tier, n\\]"),
+        # a string was taken as true
+        ({"autoscale": "no"}, "autoscale must be true or false"),
+        ({"restart_from_checkpoint": "no"}, "restart_from_checkpoint must be true or false"),
     ]:
         with pytest.raises(UserError, match=needle):
             Scenario.from_json({**good, **change})

@@ -183,6 +183,14 @@ def test_missing_cluster_file(tmp_path):
         parse_cluster(f"@{tmp_path / 'nope.txt'}")
 
 
+def test_binary_cluster_file(tmp_path):
+    """Was a bare "'utf-8' codec can't decode byte 0xff", naming no file."""
+    path = tmp_path / "cluster.bin"
+    path.write_bytes(b"\xff\xfe4xk80\n")
+    with pytest.raises(UserError, match="cannot read cluster file .*cluster.bin.*: not UTF-8"):
+        parse_cluster(f"@{path}")
+
+
 def test_cluster_file_error_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "cluster.txt"
     path.write_text("# two regions\n4xk80@us-east1:spot\n2xp100@mars-1:spot  # typo\n")

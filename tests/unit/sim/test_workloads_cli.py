@@ -31,6 +31,9 @@ def test_philly_sampling_is_seeded_and_consecutive():
         ("a,-5,cifar10,2,128", "time must be >= 0"),
         ("a,10,resnet9000,2,128", "unknown application"),
         ("a,10,cifar10", "bad or missing 'num_replicas'"),
+        # NaN was 'cannot convert float NaN to integer'; inf ran no job to makespan inf, exit 0
+        ("a,nan,cifar10,2,128", "bad or missing 'time' value 'nan'"),
+        ("a,inf,cifar10,2,128", "bad or missing 'time' value 'inf'"),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, row, message):
@@ -48,6 +51,24 @@ def test_bad_philly_row(tmp_path):
         load_workload(str(path))
 
 
+@pytest.mark.parametrize("gpus", ["inf", "1e400"])
+def test_philly_row_with_infinite_gpus(tmp_path, gpus):
+    """Was a traceback: OverflowError, cannot convert float infinity to integer."""
+    path = tmp_path / "philly.csv"
+    path.write_text(f"timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03,60,{gpus},60,x\n")
+    with pytest.raises(UserError, match=f"{path}:2: bad or missing 'num_gpus'"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize("header", [b"", HEADER.encode()])
+def test_binary_workload_file(tmp_path, header):
+    """Was "'utf-8' codec can't decode byte", naming no file."""
+    path = tmp_path / "w.csv"
+    path.write_bytes(header + b"\xff\xfe\x00garbage\n")
+    with pytest.raises(UserError, match=f"{path}: not UTF-8 text"):
+        load_workload(str(path))
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -55,6 +76,11 @@ def test_bad_philly_row(tmp_path):
         (["--cluster", "4x4xh100"], "unknown device kind 'h100'"),
         (["--spot", "half"], "bad --spot fraction"),
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
+        # NaN was 'cannot convert float NaN to integer'; --tick inf finished no job, exit 0
+        (["--tick", "nan"], "tick_s must be finite and > 0, got nan"),
+        (["--tick", "inf"], "tick_s must be finite and > 0, got inf"),
+        (["--restart-s", "nan"], "restart_s must be finite and >= 0, got nan"),  # was taken
+        (["--rescale-s", "inf"], "rescale_s must be finite and >= 0, got inf"),  # never ended
     ],
 )
 def test_cli_user_errors_are_one_line_exit_2(capsys, argv, message):
@@ -107,3 +133,15 @@ def test_unknown_gpu_kind_in_easyscale_row(tmp_path):
     path.write_text(header + "a,10,bert,4,8,1,1,v100,0\nb,20,bert,4,8,1,1,h100,0\n")
     with pytest.raises(UserError, match=f"{path}:3: unknown GPU kind 'h100'"):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize("compare", [[], ["--compare", "yarn-cs,shoal"]])
+def test_cli_out_that_is_a_file_exit_2(tmp_path, capsys, compare):
+    """Was a traceback (FileExistsError) after the whole simulation had run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("kept")
+    argv = ["simulate", *compare, "--workload", "philly:2", "--out", str(blocker)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{blocker}" in err and err.count("\n") == 1
+    assert blocker.read_text() == "kept"

@@ -87,3 +87,33 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, capsys):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("shoal: error:") and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        # NaN was taken and every trial then measured against it
+        (["--memory-cap-mb", "nan"], "memory cap must be > 0 MiB, got nan"),
+        (["--timeout-s", "nan"], "--timeout-s must be > 0, got nan"),
+        (["--threads", "-1"], "threads must be >= 0 (0: auto), got -1"),  # each trial failed
+        # was "'<' not supported between instances of 'str' and 'int'", naming no flag
+        (["--config", "n_layer=abc"], "--config n_layer=abc: '<' not supported"),
+    ],
+)
+def test_cli_bad_values_name_the_flag(extra, needle, capsys):
+    argv = ["tune", "--memory-cap-mb", "100", *extra]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("under", [True, False])
+def test_cli_out_that_cannot_be_written_is_refused_before_any_trial(tmp_path, capsys, under):
+    """A file in its place was a traceback after every trial had run."""
+    blocker = tmp_path / "file"
+    blocker.write_text("kept")
+    out = blocker / "trials.json" if under else tmp_path
+    assert main(["tune", "--memory-cap-mb", "100", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert str(out if not under else blocker) in err and err.count("\n") == 1
+    assert blocker.read_text() == "kept"
