@@ -192,7 +192,7 @@ class ProviderConfig:
             raise UserError("--recovery restart holds the --workers mix: drop --autoscale")
         at_least(self.max_servers, 1, "--max-servers")
         at_least(self.startup_s, 0, "--startup")
-        if not self.scale_every_s > 0 or math.isinf(self.scale_every_s):
+        if not 0 < self.scale_every_s < math.inf:
             raise UserError(f"--scale-every must be > 0 seconds, got {self.scale_every_s}")
         self.notice_s, self.quota_map, self.outage_list  # noqa: B018 (each checks its flag)
 

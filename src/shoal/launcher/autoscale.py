@@ -583,6 +583,8 @@ class Driver:
                 "revocations": self.revocations,
             }
             write_json_atomic(path, result)
+        if not self.host:  # stopped before it measured the host: no scenario to replay
+            return
         write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
         self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
 

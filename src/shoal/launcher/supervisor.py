@@ -181,10 +181,7 @@ class Controller:
                 if w.proc.poll() is None:
                     w.proc.kill()
             if self.driver:  # the servers are released: the ledger ends here too
-                try:
-                    self.driver.finish()
-                except UserError:  # no step measured, no scenario: tell what stopped the run
-                    pass
+                self.driver.finish()
             if stopped:
                 raise RunFailed(stopped) from None
             raise

@@ -67,14 +67,14 @@ def simulate_cli(args: Namespace) -> str:
         tick_s=args.tick, restart_s=args.restart_s, rescale_s=args.rescale_s, seed=args.seed
     )
     policies = args.compare.split(",") if args.compare else [args.policy]
-    outs: list[Path | None] = []
+    # with --compare, each policy writes its own subdirectory of --out
+    outs = [args.out / p if args.compare else args.out for p in policies] if args.out else []
     for name in policies:
-        make_policy(name)  # fail on a bad name (or a file where --out goes) before any work
-        outs.append(None if args.out is None else args.out / name if args.compare else args.out)
-        if outs[-1] is not None:
-            _check_out(outs[-1])
+        make_policy(name)  # fail on a bad name before any work
+    for out in outs:
+        _check_out(out)  # ... or on a file where an output directory goes
     summaries = []
-    for name, out in zip(policies, outs, strict=True):
+    for name, out in zip(policies, outs or [None] * len(policies), strict=True):
         summaries.append(
             simulate(name, args.workload, args.cluster, args.spot, config, out, not args.no_plots)
         )

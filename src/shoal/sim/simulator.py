@@ -45,8 +45,9 @@ class SimConfig:
         # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
         # simulation that never ticked (no job finished) or never ended
         for name in ("tick_s", "restart_s", "rescale_s", "checkpoint_interval_s"):
-            value, low = getattr(self, name), "> 0" if name == "tick_s" else ">= 0"
-            if not (value > 0 if name == "tick_s" else value >= 0) or math.isinf(value):
+            value, positive = getattr(self, name), name == "tick_s"
+            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
+                low = "> 0" if positive else ">= 0"
                 raise UserError(f"{name} must be finite and {low}, got {value}")
         if self.refresh_points < 1:
             raise ValueError("refresh_points must be >= 1")
