@@ -63,7 +63,8 @@ def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
     """Import a job file and return its `make_job`."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise UserError(f"job file {str(path)!r} does not exist")
+        why = "is not a file" if path.exists() else "does not exist"
+        raise UserError(f"job file {str(path)!r} {why}")
     name = f"shoal_job_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -54,7 +54,7 @@ def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
 
 def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
     err = shoal_run(tmp_path / "run", "v100", 40, "--events", "step 5: notice 0", expect=1)
-    found = re.search(r"continue from the checkpoint of step (\d+) with --resume", err)
+    found = re.search(r"continue from the checkpoint of step (\d+) with: shoal run .* --resume", err)
     assert found and int(found.group(1)) >= 5, err[-2000:]
 
 

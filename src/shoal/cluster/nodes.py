@@ -60,6 +60,7 @@ class ClusterSpec:
         return ClusterSpec(tuple(groups))
 
 
+MAX_GPUS = 100_000  # the largest clusters built; the simulator's rounds are O(nodes)
 _ITEM = re.compile(r"(\d+)x(\d+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
 
 
@@ -83,4 +84,7 @@ def parse_cluster(spec: str) -> ClusterSpec:
         )
     if not groups:
         raise UserError("empty cluster spec")
+    gpus = sum(g.count * g.gpus_per_node for g in groups)
+    if gpus > MAX_GPUS:  # one object per node: 10^8 nodes ran out of memory without a word
+        raise UserError(f"cluster {spec!r} has {gpus:,} GPUs, more than {MAX_GPUS:,}")
     return ClusterSpec(tuple(groups))

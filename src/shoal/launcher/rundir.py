@@ -23,16 +23,21 @@ import fcntl
 import json
 import os
 import pathlib
+import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
 from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
 from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
+
+if TYPE_CHECKING:
+    from shoal.launcher.spec import RunSpec
 
 LOCK_FILE = ".shoal.lock"
 # Ctrl-C or SIGTERM of the launcher: how long workers get to reach a step boundary and write
@@ -225,13 +230,24 @@ def checkpoint_dir(config: RunConfig) -> str:
     return config.checkpoint.dir or str(pathlib.Path(config.out) / "checkpoints")
 
 
-def resume_hint(config: RunConfig) -> str:
-    """What a failure message may recommend: --resume only if a checkpoint exists, and from
-    which step."""
+def resume_hint(spec: RunSpec) -> str:
+    """What a failure message may recommend: to resume only if a checkpoint exists, from which
+    step, and the `shoal run` command that does it (whatever started the run: `shoal demo` has
+    no --resume)."""
+    config = spec.config
     step = latest_checkpoint_step(checkpoint_dir(config))
     if step is None:
         return "no checkpoint was written, so it cannot be resumed"
-    return f"continue from the checkpoint of step {step} with --resume {config.out}"
+    workers = spec.kinds
+    if spec.tiers:  # with --provider
+        workers = [f"{k}:{t}" for k, t in zip(spec.kinds, spec.tiers, strict=True)]
+    words = ["shoal", "run", config.job, "--workers", ",".join(workers)]
+    words += ["--steps", str(config.steps), "--resume", config.out]
+    words += [w for option in config.options for w in ("-o", option)]
+    return (
+        f"continue from the checkpoint of step {step} with: {shlex.join(words)} "
+        "(and the run's other flags)"
+    )
 
 
 def wind_down(controller, grace_s: float = GRACE_S) -> str:
@@ -263,4 +279,4 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str:
             time.sleep(0.05)
     except (RunFailed, UserError):
         pass  # every worker is gone: the interruption's message says what to do
-    return f"interrupted at step {controller.steps_done}; {resume_hint(controller.spec.config)}"
+    return f"interrupted at step {controller.steps_done}; {resume_hint(controller.spec)}"

@@ -89,6 +89,8 @@ def check_run(spec: RunSpec) -> Speeds:
         except UserError as exc:
             raise UserError(f"--max-micro-batches {config.max_micro_batches}: {exc}") from None
     check_storage(config.checkpoint.dir)
+    if config.resume and not config.checkpoint.dir and not pathlib.Path(config.out).is_dir():
+        raise UserError(f"--resume {config.out}: no such run directory")  # not created empty
     out = prepare_out_dir(config.out)
     ckpts = pathlib.Path(config.checkpoint.dir or out / "checkpoints")
     has_ckpt = ckpts.is_dir() and any(ckpts.glob("ckpt-*.json"))

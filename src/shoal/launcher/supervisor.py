@@ -451,7 +451,7 @@ class Controller:
         unfired = f"; {len(self.pending)} pending events cannot fire" if self.pending else ""
         raise RunFailed(
             f"every worker is gone at step {self.steps_done}{unfired}; "
-            f"{resume_hint(self.spec.config)} (worker logs: {self.logs})"
+            f"{resume_hint(self.spec)} (worker logs: {self.logs})"
         )
 
 

@@ -44,11 +44,11 @@ class SimConfig:
     def __post_init__(self) -> None:
         # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
         # simulation that never ticked (no job finished) or never ended
+        # a tick under a second made a round per microsecond of a months-long trace (a hang)
         for name in ("tick_s", "restart_s", "rescale_s", "checkpoint_interval_s"):
-            value, positive = getattr(self, name), name == "tick_s"
-            if not (math.isfinite(value) and (value > 0 if positive else value >= 0)):
-                low = "> 0" if positive else ">= 0"
-                raise UserError(f"{name} must be finite and {low}, got {value}")
+            value, low = getattr(self, name), 1.0 if name == "tick_s" else 0.0
+            if not (math.isfinite(value) and value >= low):
+                raise UserError(f"{name} must be finite and >= {low:g}, got {value}")
         if self.refresh_points < 1:
             raise ValueError("refresh_points must be >= 1")
 

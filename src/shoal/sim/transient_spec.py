@@ -35,6 +35,7 @@ KNOWN_REGIONS = (
 )
 DEFAULT_REGION = "us-east1"
 PS_KIND = "ps"
+MAX_SERVERS = 10_000  # a cluster's servers; the model was measured on up to 8 workers, 2 servers
 # 4-vCPU parameter server VM, $/h (paper Table I)
 PS_PRICES_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
 
@@ -85,8 +86,8 @@ def _parse_item(item: str) -> list[Server | None]:
     kind = match["kind"].lower()
     if count == 0 and kind == PS_KIND:
         return [None]
-    if count < 1:
-        raise UserError(f"bad server count in {item!r}")
+    if not 1 <= count <= MAX_SERVERS:
+        raise UserError(f"bad server count in {item!r} (1 to {MAX_SERVERS:,})")
     if kind != PS_KIND:
         kind = load_devices().check(kind)
     tier = (match["tier"] or "on_demand").replace("-", "_")
@@ -107,6 +108,8 @@ def _build(servers: list[Server | None]) -> TransientCluster:
     no_ps = None in servers
     if not workers:
         raise UserError("a transient cluster needs at least one GPU worker")
+    if len(servers) > MAX_SERVERS:
+        raise UserError(f"{len(servers):,} servers, more than {MAX_SERVERS:,}")
     if no_ps and (ps or len(workers) > 1):
         raise UserError("0xps (no parameter server) needs exactly one worker and no ps item")
     if not ps and not no_ps:

@@ -1,9 +1,11 @@
 """The run directory: one run at a time, and nothing in it destroyed by a resume that fails,
 finds nothing usable, or has nothing left to do."""
 
+import dataclasses
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -14,6 +16,7 @@ import torch
 from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
 from shoal.launcher.rundir import LOCK_FILE, RunLock, resume_hint, run_in_directory
+from shoal.launcher.spec import RunSpec
 from shoal.launcher.torchrun import check_fresh_start
 from shoal.runtime.checkpoint import (
     check_resumable,
@@ -157,11 +160,29 @@ def test_resume_with_every_checkpoint_unusable_is_an_error(tmp_path, capsys):
 
 
 def test_resume_hint_names_the_step_or_says_there_is_none(tmp_path):
-    assert "no checkpoint was written" in resume_hint(config(tmp_path))
+    assert "no checkpoint was written" in resume_hint(RunSpec(config(tmp_path), ["v100"]))
     checkpoint(tmp_path, 6)
     assert latest_checkpoint_step(str(tmp_path / "checkpoints")) == 6
     assert check_resumable(str(tmp_path / "checkpoints")) == 6
-    assert f"step 6 with --resume {tmp_path}" in resume_hint(config(tmp_path))
+    assert "checkpoint of step 6 with: shoal run" in resume_hint(RunSpec(config(tmp_path), ["v100"]))
+
+
+def test_resume_hint_is_a_shoal_run_command_that_parses_back(tmp_path):
+    """Whatever started the run (`shoal demo` has no --resume), the hint is the `shoal run`
+    command that continues it: same job, steps, options and workers (tiers included)."""
+    from shoal.cli import build_parser
+
+    out = tmp_path / "a run"  # a space: the command is quoted
+    checkpoint(out, 4)
+    cfg = dataclasses.replace(config(out), options=["global_batch_size=256", "lr=0.1"])
+    hint = resume_hint(RunSpec(cfg, ["v100", "k80"], tiers=["on_demand", "spot"]))
+    command = hint.split(" with: ", 1)[1].split(" (and", 1)[0]
+    words = shlex.split(command)
+    assert words[:2] == ["shoal", "run"]
+    args = build_parser().parse_args(words[1:])
+    assert (args.job, args.steps, args.resume) == ("job.py", 10, str(out))
+    assert args.workers == "v100:on_demand,k80:spot"
+    assert args.options == ["global_batch_size=256", "lr=0.1"]
 
 
 def test_torchrun_refuses_another_runs_checkpoints(tmp_path, monkeypatch):

@@ -171,6 +171,8 @@ def test_cluster_spec():
         ("4xk80:cheap", "unknown tier 'cheap'"),
         ("0xps,2xk80", "needs exactly one worker"),
         ("ps@us-east1", "at least one GPU worker"),
+        ("99999999xk80", r"bad server count .* \(1 to 10,000\)"),  # hung building the list
+        ("6000xk80,6000xv100", "12,000 servers, more than 10,000"),
     ],
 )
 def test_cluster_spec_errors(spec, message):

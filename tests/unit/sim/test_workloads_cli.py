@@ -77,8 +77,10 @@ def test_binary_workload_file(tmp_path, header):
         (["--spot", "half"], "bad --spot fraction"),
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
         # NaN was 'cannot convert float NaN to integer'; --tick inf finished no job, exit 0
-        (["--tick", "nan"], "tick_s must be finite and > 0, got nan"),
-        (["--tick", "inf"], "tick_s must be finite and > 0, got inf"),
+        (["--tick", "nan"], "tick_s must be finite and >= 1, got nan"),
+        (["--tick", "inf"], "tick_s must be finite and >= 1, got inf"),
+        (["--tick", "1e-6"], "tick_s must be finite and >= 1, got 1e-06"),  # hung
+        (["--cluster", "99999999x4xt4"], "399,999,996 GPUs, more than 100,000"),  # hung
         (["--restart-s", "nan"], "restart_s must be finite and >= 0, got nan"),  # was taken
         (["--rescale-s", "inf"], "rescale_s must be finite and >= 0, got inf"),  # never ended
     ],
