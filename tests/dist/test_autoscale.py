@@ -242,3 +242,73 @@ def test_resume_continues_the_ledger(tmp_path):
     assert result["cost"]["usd"] > first["cost"]["usd"]
     assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
     assert sum(result["cost"]["by_tier"].values()) == pytest.approx(result["cost"]["usd"])
+
+
+CRASHING_JOB = '''
+import os, pathlib
+import torch
+from torch import nn
+import shoal
+
+MARK = pathlib.Path(__file__).with_name("crashed")  # once it exists, every worker crashes
+
+
+class Crashing(torch.utils.data.Dataset):
+    reads = 0
+
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        if os.environ.get("SHOAL_WORKER_ID"):  # a worker, not the launcher's check
+            Crashing.reads += 1
+            if Crashing.reads > CRASH_AFTER:
+                MARK.touch()
+            if MARK.exists():
+                os._exit(3)
+        return torch.ones(4) * (i % 7), torch.tensor(i % 2)
+
+
+def make_job(crash_after=0):
+    global CRASH_AFTER
+    CRASH_AFTER = crash_after
+    return shoal.Job(
+        model=lambda: nn.Linear(4, 2),
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+        dataset=Crashing(),
+        loss_fn=lambda m, b: nn.functional.cross_entropy(m(b[0]), b[1]),
+        micro_batch_size=8,
+        global_batch_size=16,
+    )
+'''
+
+
+@pytest.mark.parametrize(
+    "crash_after, extra",
+    [
+        (0, []),  # at their first read, before the group trains a step: hung until killed
+        (40, ["--autoscale", "--budget", "5usd", "--startup", "0"]),  # step ~5; each replacement at once
+    ],
+)
+def test_workers_that_keep_crashing_fail_the_run_instead_of_buying_servers(
+    tmp_path, crash_after, extra
+):
+    """A job that crashes is not a revocation: the run fails once its last worker is gone,
+    rather than waiting on servers (before the first step) or replacing the crashed workers
+    with new servers that crash in turn (the scaler, while no step is trained)."""
+    job = tmp_path / "crashing.py"
+    job.write_text(CRASHING_JOB)
+    out = tmp_path / "run"
+    err = shoal_run(
+        out, "k80,k80", 200, "--provider", "local", "-o", f"crash_after={crash_after}", *extra,
+        job=str(job), expect=1,
+    )  # fmt: skip
+    assert "every worker is gone" in err, err[-2000:]
+    started = [r for r in metrics(out) if r["kind"] == "lease" and r["action"] == "open"]
+    if extra:  # the scaler replaced them once per initial worker (2 x 2 failures), no more
+        assert "4 workers failed at step" in err and "no more servers are bought" in err
+        assert 2 < len(started) <= 4, started
+    else:
+        assert len(started) == 2
+    closed = [r for r in leases(out) if r["action"] == "close"]
+    assert len(closed) == len(started)  # every lease is closed and billed

@@ -16,7 +16,12 @@ It re-decides every `--scale-every` emulated seconds, on each revocation, when a
 no capacity (the next decision sees what is offered now: another kind, or on-demand) and when
 the global batch in the step lines changes. When every worker is gone (every spot server
 revoked at once) the run waits for capacity, requesting again each poll, and the new workers
-continue from the newest durable checkpoint, in the same `shoal run`.
+continue from the newest durable checkpoint, in the same `shoal run`. Workers that fail on
+their own (a crash, not a revocation) are replaced by the scaler too, but not forever: after
+twice as many failures as the run started with workers, with no step trained in between, it
+buys nothing more and the run fails once its last worker is gone (a job that crashes at a
+step would otherwise be bought servers until the lease bound, as torchrun's --max-restarts
+bounds its restarts).
 
 Time: emulated seconds = wall seconds x `time_scale`, counted from the moment the first group
 forms (the initial servers are billed from 0 and are ready then). The measured host seconds
@@ -72,6 +77,7 @@ SCENARIO_FILE = "scenario.json"
 WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
 MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
 STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
+FAILURES_PER_WORKER = 2  # own failures per initial worker, without a step trained, tolerated
 
 
 def goal_of(cfg: ProviderConfig) -> Goal:
@@ -116,6 +122,8 @@ class Driver:
         self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
         self.alone_since_s: float | None = None  # emulated time the last worker went
         self.restarts = self.cfg.recovery == "restart"
+        self.failures = (0, 0)  # (step, workers failed on their own since it was trained)
+        self.gave_up = False  # no more servers: the workers kept failing without progress
         # --recovery restart: (steps done, wall time since t0, the checkpoint's step) when
         # every worker was stopped, until the restarted group's first step line
         self.restart_from: tuple[int, float, int] | None = None
@@ -210,14 +218,17 @@ class Driver:
     # -- the poll -------------------------------------------------------------------------
     def tick(self) -> None:
         now = self.now()
-        if self.started is None:
-            return  # nothing is decided before the first group trains
         if self.ctl.steps_done >= self.spec.config.steps:
             return  # trained: nothing more to buy while the workers write their results
+        if self.started is None:  # nothing is decided before the first group trains, but a
+            self._departures(now)  # worker that failed starting frees its server
+            return
         if any(w.state != "gone" for w in self.ctl.workers.values()):
             self.alone_since_s = None  # the give-up bound counts from the last worker's end
         self._revocations(now)
         self._departures(now)
+        if self.gave_up:
+            return
         measured = len(self.overhead) >= MEASURED or not self.ctl.members
         if self.scaler and measured and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
@@ -317,10 +328,23 @@ class Driver:
             if wid and self.ctl.workers[wid].state == "gone":
                 revoked = server in self.noticed
                 key = (self.leases[server].kind, self.leases[server].tier)
-                if not (revoked or self.scaler or server in self.leaving):
+                failed = not (revoked or server in self.leaving)
+                if failed and not self.scaler:
                     self.want[key] = max(0, self.want.get(key, 0) - 1)
+                if failed:
+                    self._failed()
                 self.revocations += revoked
                 self._close(server, now, "revoked" if revoked else "released")
+
+    def _failed(self) -> None:
+        """Count a worker that failed on its own; give up buying after too many in a row."""
+        step, n = self.failures
+        step, n = (step, n + 1) if step == self.ctl.steps_done else (self.ctl.steps_done, 1)
+        self.failures = (step, n)
+        if n >= FAILURES_PER_WORKER * len(self.spec.kinds) and not self.gave_up:
+            self.gave_up, self.want = True, {}
+            self.ctl.say(f"{n} workers failed at step {step} without a step trained since: "
+                         "no more servers are bought")  # fmt: skip
 
     def _dropped_leavers(self, now: float) -> None:
         """A worker asked to leave whose group has re-formed without it no longer trains: its
@@ -554,12 +578,14 @@ class Driver:
     # -- waiting and the end --------------------------------------------------------------
     def waiting(self) -> bool:
         """Whether the run can still go on with no live worker: servers are booting or being
-        requested (every spot server revoked at once), within the give-up bound."""
+        requested (every spot server revoked at once), within the give-up bound. Not before
+        the first group trained (nothing is requested then), nor once it gave up buying."""
         now = self.now()
         self.alone_since_s = now if self.alone_since_s is None else self.alone_since_s
-        if now - self.alone_since_s > self.gave_up_after_s:
+        if now - self.alone_since_s > self.gave_up_after_s or self.gave_up:
             return False
-        return bool(self.leases) or any(n > 0 for n in self.want.values())
+        booting = any(self._state(server) != "gone" for server in self.leases)
+        return booting or (self.started is not None and any(self.want.values()))
 
     def finish(self) -> None:
         """Close every lease at the end, write the last cost line, the result's cost block and
