@@ -244,7 +244,7 @@ def test_resume_continues_the_ledger(tmp_path):
     assert sum(result["cost"]["by_tier"].values()) == pytest.approx(result["cost"]["usd"])
 
 
-CRASHING_JOB = '''
+CRASHING_JOB = """
 import os, pathlib
 import torch
 from torch import nn
@@ -280,14 +280,17 @@ def make_job(crash_after=0):
         micro_batch_size=8,
         global_batch_size=16,
     )
-'''
+"""
 
 
 @pytest.mark.parametrize(
     "crash_after, extra",
     [
         (0, []),  # at their first read, before the group trains a step: hung until killed
-        (40, ["--autoscale", "--budget", "5usd", "--startup", "0"]),  # step ~5; each replacement at once
+        (
+            40,
+            ["--autoscale", "--budget", "5usd", "--startup", "0"],
+        ),  # step ~5; each replacement at once
     ],
 )
 def test_workers_that_keep_crashing_fail_the_run_instead_of_buying_servers(
@@ -306,7 +309,7 @@ def test_workers_that_keep_crashing_fail_the_run_instead_of_buying_servers(
     assert "every worker is gone" in err, err[-2000:]
     started = [r for r in metrics(out) if r["kind"] == "lease" and r["action"] == "open"]
     if extra:  # the scaler replaced them once per initial worker (2 x 2 failures), no more
-        assert "4 workers failed at step" in err and "no more servers are bought" in err
+        assert "4 workers failed at step" in err and "buying no more" in err
         assert 2 < len(started) <= 4, started
     else:
         assert len(started) == 2

@@ -343,8 +343,7 @@ class Driver:
         self.failures = (step, n)
         if n >= FAILURES_PER_WORKER * len(self.spec.kinds) and not self.gave_up:
             self.gave_up, self.want = True, {}
-            self.ctl.say(f"{n} workers failed at step {step} without a step trained since: "
-                         "no more servers are bought")  # fmt: skip
+            self.ctl.say(f"{n} workers failed at step {step}, none trained a step: buying no more")
 
     def _dropped_leavers(self, now: float) -> None:
         """A worker asked to leave whose group has re-formed without it no longer trains: its

@@ -43,8 +43,8 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
-        # simulation that never ticked (no job finished) or never ended
-        # a tick under a second made a round per microsecond of a months-long trace (a hang)
+        # simulation that never ticked (no job finished) or never ended; a tick of at least a
+        # second: 1e-6 s made a round per microsecond of a months-long trace (a hang)
         for name in ("tick_s", "restart_s", "rescale_s", "checkpoint_interval_s"):
             value, low = getattr(self, name), 1.0 if name == "tick_s" else 0.0
             if not (math.isfinite(value) and value >= low):

@@ -160,11 +160,12 @@ def test_resume_with_every_checkpoint_unusable_is_an_error(tmp_path, capsys):
 
 
 def test_resume_hint_names_the_step_or_says_there_is_none(tmp_path):
-    assert "no checkpoint was written" in resume_hint(RunSpec(config(tmp_path), ["v100"]))
+    spec = RunSpec(config(tmp_path), ["v100"])
+    assert "no checkpoint was written" in resume_hint(spec)
     checkpoint(tmp_path, 6)
     assert latest_checkpoint_step(str(tmp_path / "checkpoints")) == 6
     assert check_resumable(str(tmp_path / "checkpoints")) == 6
-    assert "checkpoint of step 6 with: shoal run" in resume_hint(RunSpec(config(tmp_path), ["v100"]))
+    assert "checkpoint of step 6 with: shoal run" in resume_hint(spec)
 
 
 def test_resume_hint_is_a_shoal_run_command_that_parses_back(tmp_path):
