@@ -16,7 +16,7 @@ Tasks (this file is also their job file: `shoal run bench/adaptive_batch.py -o t
   --target-reverse (0.3).
 
 Sides, each `shoal run` on the emulated mixed cluster `--workers`, >= 3 seeds:
-- `fixed-B` for every B of the sweep (--sweep, multiples of the micro-batch size); its first is
+- `fixed-B` for every B of the sweep (32-512, multiples of the micro-batch size); its first is
   `fixed-small`, its last `fixed-large`; `best-fixed` is the sweep's side with the lowest mean
   wall time to the target (among those reaching it on every seed);
 - `jabas`, `pollux`, `shoal`: `--batch-policy NAME --batch-bounds SMALL:LARGE --batch-every P

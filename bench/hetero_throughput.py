@@ -1,6 +1,6 @@
 """Two workers, one emulated ~3x slower: shoal's plan vs DDP's equal split vs the ideal.
 
-    python bench/hetero_throughput.py [--job conv|transformer] [--repeats 5]
+    python bench/hetero_throughput.py [--job conv|transformer] [--repeats 3]
         [--micro-batch-size 32] [--global-batch-size 256]
 
 The slow worker is a K80 and the fast one a V100 under Gavel's measured "Transformer (batch

@@ -19,7 +19,7 @@ side trains the same job from the same initial weights and data order:
 
 A side whose flag this shoal does not have yet is reported "unavailable", not run.
 
-Validation: a side's models every --eval-every steps are evaluated after the run, off the
+Validation: a side's models every eval_every steps (10) are evaluated after the run, off the
 clock. A side's training time is the sum of its step times (start-up, evaluation and the end
 of run excluded); its time to target is that sum up to the first evaluated step whose
 validation loss is <= the target. Where the models come from:
@@ -28,7 +28,7 @@ validation loss is <= the target. Where the models come from:
   local-overlap): from a replay. Writing a checkpoint is not free (the steps after one took
   100-150 ms more), so the timed run on the shaped link writes none but the final one (after
   the last step, off the clock); a second run of the same job, on a fast link (FAST_MBIT, still
-  two sites on the bed), writes one every --eval-every steps, hard-linked as it appears. Such
+  two sites on the bed), writes one every eval_every steps, hard-linked as it appears. Such
   a run is deterministic for a fixed assignment of micro-batches to sites (docs/consistency.md)
   and a fixed keep, H or staleness makes the link rate no part of it, so one replay per model
   serves every rate. Every shoal run pins the split (at most ceil(M / sites) micro-batches per
