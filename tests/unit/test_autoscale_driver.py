@@ -201,3 +201,13 @@ def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
     d.want = {("k80", "on_demand"): 1, ("k80", "spot"): 1}
     d._fill(975.0)
     assert len(d.leases) == 3 and len(workers) == 3
+
+
+def test_the_kinds_the_scaler_buys_default_to_the_workers_kinds_without_counts():
+    """Was the --workers text itself: `2xk80` became an unknown device kind '2xk80'."""
+    from shoal.cli import build_parser
+    from shoal.cli.run import config_from_args
+
+    argv = ["run", DIGITS, "--workers", "2xk80:spot,v100,k80", "--steps", "2", "--out", "o"]
+    config = config_from_args(build_parser().parse_args([*argv, *PROVIDER]))
+    assert config.provider.kind_list == ("k80", "v100")

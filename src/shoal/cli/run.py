@@ -9,6 +9,7 @@ import time
 from shoal.cli.flags import add_flags, from_args
 from shoal.config import EmulationConfig, LaunchConfig, RunConfig
 from shoal.config.provider import split_tiers
+from shoal.perf.devices import load_devices
 
 # `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
 # (its directory stands in for --out), so --out is no longer required.
@@ -55,7 +56,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         batch = dataclasses.replace(config.batch, reference=workers)
         config = dataclasses.replace(config, batch=batch)
     if config.provider.name and not config.provider.kinds:  # the scaler buys these kinds
-        provider = dataclasses.replace(config.provider, kinds=workers)
+        kinds = ",".join(dict.fromkeys(load_devices().parse_workers(workers)))  # not "2xk80"
+        provider = dataclasses.replace(config.provider, kinds=kinds)
         config = dataclasses.replace(config, provider=provider)
     return config
 
@@ -70,7 +72,6 @@ def worker_kinds(workers: str, config: RunConfig) -> str:
 def _run(args: argparse.Namespace) -> int:
     from shoal.launcher.events import parse_events
     from shoal.launcher.spec import RunSpec, run_local
-    from shoal.perf.devices import load_devices
 
     started = time.monotonic()
     config = config_from_args(args)
