@@ -2,8 +2,10 @@
 durable checkpoint, the failure message names its step, and --resume from it ends bitwise
 where the uninterrupted run ends; a non-finite step is decided alike on every layout."""
 
+import json
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -53,9 +55,20 @@ def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
 
 
 def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
+    """... and the command the message offers continues the run exactly, showing only its own
+    events (a resume used to print the earlier attempt's events again, as if new)."""
     err = shoal_run(tmp_path / "run", "v100", 40, "--events", "step 5: notice 0", expect=1)
-    found = re.search(r"continue from the checkpoint of step (\d+) with: shoal run .* --resume", err)
+    found = re.search(r"checkpoint of step (\d+) with: (shoal run .*) \(and the run's", err)
     assert found and int(found.group(1)) >= 5, err[-2000:]
+    assert "notice" in err
+    command = shlex.split(found.group(2))
+    assert command[:2] == ["shoal", "run"]
+    cmd = [sys.executable, "-m", "shoal", *command[1:]]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "notice" not in proc.stderr, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["state_sha256"] == uninterrupted(DIGITS, 40, {})
 
 
 def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path):

@@ -43,7 +43,7 @@ from shoal.launcher.rundir import next_number, resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds
 from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
-from shoal.runtime.outputs import append_line
+from shoal.runtime.outputs import append_line, last_logged_step
 
 POLL_S = 0.05
 # how long the first workers wait for a peer still building its model (importing torch and
@@ -90,6 +90,11 @@ class Controller:
         self.generation = 0
         self.pending = list(spec.events)
         self.steps_done, self._read_upto = 0, 0  # bytes of metrics.jsonl already read
+        if spec.config.resume and self.metrics.exists():
+            # the earlier attempts' lines were shown (and measured) by their own launchers;
+            # read from the start, they were printed again as new and fed the driver stale times
+            self.steps_done = last_logged_step(self.metrics) + 1
+            self._read_upto = self.metrics.stat().st_size
         self.progress = Progress(spec.config.steps) if show_progress else None
         self.finished = False
         self.formed_at_step = 0  # steps done when the current generation was published
