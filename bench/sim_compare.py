@@ -10,9 +10,9 @@ cases of each suite, e.g. 2 for a smoke run)
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 
 from shoal.sim.policies import POLICIES
 from shoal.sim.run import simulate
@@ -43,8 +43,23 @@ def main(policies: list[str], cases_per_suite: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    n = None
-    if args[:1] == ["--cases"]:
-        n, args = int(args[1]), args[2:]
-    main(args or list(POLICIES), n)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "policies",
+        nargs="*",
+        metavar="policy",
+        help=f"the policies to run (default: all: {', '.join(POLICIES)})",
+    )
+    p.add_argument(
+        "--cases",
+        type=int,
+        metavar="N",
+        help="the first N cases of each suite, e.g. 2 for a smoke run (default: all)",
+    )
+    args = p.parse_args()
+    unknown = [name for name in args.policies if name not in POLICIES]
+    if unknown:
+        p.error(f"unknown policy {', '.join(map(repr, unknown))} (known: {', '.join(POLICIES)})")
+    if args.cases is not None and args.cases < 1:
+        p.error(f"--cases must be at least 1, not {args.cases}")
+    main(args.policies or list(POLICIES), args.cases)
