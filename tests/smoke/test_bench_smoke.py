@@ -144,6 +144,18 @@ def test_sim_compare():
     rows = json_lines(run(["bench/sim_compare.py", "--cases", "2", "shoal"]).stdout)
     summaries = [r for r in rows if r.get("policy") == "shoal" and "runs" in r]
     assert summaries and all(_positive(r["avg_jct_s_mean"]) for r in summaries)
+    assert all(r["runs"] == 2 and r["avg_jct_s_sd"] >= 0 for r in summaries)
+
+
+def test_sim_compare_one_case():
+    # one case per suite: the mean of one run and no spread (a standard deviation needs two)
+    rows = json_lines(run(["bench/sim_compare.py", "--cases", "1", "shoal"]).stdout)
+    runs = {r["suite"]: r for r in rows if "workload" in r}
+    summaries = [r for r in rows if "runs" in r]
+    assert {r["suite"] for r in summaries} == set(runs) == {"pollux", "philly-spot"}
+    for r in summaries:
+        assert r["runs"] == 1 and r["avg_jct_s_mean"] == round(runs[r["suite"]]["avg_jct_s"], 1)
+        assert r["avg_jct_s_sd"] is r["total_cost_usd_sd"] is r["makespan_s_sd"] is None
 
 
 def test_sim_published():
