@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -118,5 +119,15 @@ def as_options(options: dict) -> list[str]:
     return [f"{k}={v!r}" for k, v in options.items()]
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--ddp"]:
-    _spawn_ddp(sys.argv[2])
+if __name__ == "__main__":
+    # Not a bench itself: run_ddp starts this file as the DDP baseline's process.
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] + " Run directly, the DDP baseline's process."
+    )
+    p.add_argument(
+        "--ddp",
+        required=True,
+        metavar="JSON",
+        help="run_ddp's arguments: [world, job, options, steps, out, slowdowns, host_s]",
+    )
+    _spawn_ddp(p.parse_args().ddp)

@@ -44,7 +44,7 @@ WORKLOAD = "Transformer (batch size 32)"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--repeats", type=int, default=3)

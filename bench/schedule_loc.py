@@ -12,6 +12,7 @@ The optional vocabulary-parallel embedding and LM head (`model_schedule/vocab.py
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import inspect
@@ -55,4 +56,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     raise SystemExit(main())

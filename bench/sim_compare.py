@@ -3,16 +3,17 @@
 Runs every policy on (a) Pollux's workload-1..8 on Pollux's cluster (16 nodes x 4 T4, on-demand)
 and (b) 5 seeded samples of 300 consecutive Philly jobs on the heterogeneous 64-GPU cluster
 (4x4 each of V100, P100, T4, K80) with half the nodes bought as spot, revoked by the measured GCE
-lifetimes. Prints one JSON line per run, then mean and standard deviation per policy and suite.
+lifetimes. Prints one JSON line per run, then mean and standard deviation per policy and suite
+(the deviation null where a suite ran one case).
 Usage: python bench/sim_compare.py [--cases N] [policy ...]   (default: all; N: the first N
 cases of each suite, e.g. 2 for a smoke run)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 
 from shoal.sim.policies import POLICIES
 from shoal.sim.run import simulate
@@ -38,13 +39,29 @@ def main(policies: list[str], cases_per_suite: int | None = None) -> None:
         for key in ("avg_jct_s", "total_cost_usd", "makespan_s"):
             values = [r[key] for r in runs]
             out[key + "_mean"] = round(statistics.mean(values), 1)
-            out[key + "_sd"] = round(statistics.stdev(values), 1)
+            # no spread over one case (--cases 1): null, not a standard deviation
+            out[key + "_sd"] = round(statistics.stdev(values), 1) if len(values) > 1 else None
         print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    n = None
-    if args[:1] == ["--cases"]:
-        n, args = int(args[1]), args[2:]
-    main(args or list(POLICIES), n)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "policies",
+        nargs="*",
+        metavar="policy",
+        help=f"the policies to run (default: all: {', '.join(POLICIES)})",
+    )
+    p.add_argument(
+        "--cases",
+        type=int,
+        metavar="N",
+        help="the first N cases of each suite, e.g. 2 for a smoke run (default: all)",
+    )
+    args = p.parse_args()
+    unknown = [name for name in args.policies if name not in POLICIES]
+    if unknown:
+        p.error(f"unknown policy {', '.join(map(repr, unknown))} (known: {', '.join(POLICIES)})")
+    if args.cases is not None and args.cases < 1:
+        p.error(f"--cases must be at least 1, not {args.cases}")
+    main(args.policies or list(POLICIES), args.cases)

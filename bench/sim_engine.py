@@ -9,10 +9,10 @@ Usage: python bench/sim_engine.py [N]   (default 100000)
 
 from __future__ import annotations
 
+import argparse
 import heapq
 import json
 import random
-import sys
 import time
 
 
@@ -74,4 +74,11 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100000)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "n", nargs="?", type=int, default=100000, metavar="N", help="jobs (default: 100000)"
+    )
+    args = p.parse_args()
+    if args.n < 1:
+        p.error(f"N must be at least 1, not {args.n}")
+    main(args.n)

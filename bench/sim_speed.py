@@ -7,8 +7,8 @@ per CPU second. Usage: python bench/sim_speed.py [N ...]   (default 1000 10000 a
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 
 from shoal.cluster.nodes import parse_cluster
@@ -45,5 +45,20 @@ def main(sizes: list[str]) -> None:
         )
 
 
+def _size(text: str) -> str:
+    if text != "all" and not (text.isdigit() and int(text) > 0):
+        raise argparse.ArgumentTypeError(f"not a job count or 'all': {text!r}")
+    return text
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["1000", "10000", "all"])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "sizes",
+        nargs="*",
+        type=_size,
+        default=["1000", "10000", "all"],
+        metavar="N",
+        help="Philly jobs per run, or all (default: 1000 10000 all)",
+    )
+    main(p.parse_args().sizes)

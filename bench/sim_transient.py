@@ -16,8 +16,8 @@ Usage: python bench/sim_transient.py [RUNS]   (default 5000 per size)
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 from shoal.sim.transient import (
     ClusterConfig,
@@ -89,4 +89,16 @@ def main(runs: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 5000)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "runs",
+        nargs="?",
+        type=int,
+        default=5000,
+        metavar="RUNS",
+        help="seeded runs per size (default: 5000)",
+    )
+    args = p.parse_args()
+    if args.runs < 1:
+        p.error(f"RUNS must be at least 1, not {args.runs}")
+    main(args.runs)

@@ -41,7 +41,7 @@ def log(path: pathlib.Path, record: dict) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, required=True)
     p.add_argument("--checkpoint-every", type=int, default=10)
     p.add_argument("--out", required=True)

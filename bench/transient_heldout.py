@@ -11,8 +11,8 @@ spot cluster with revocations, default 400)
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 from shoal.sim.transient_fit import SPLITS, make_split, predict
 
@@ -71,5 +71,17 @@ def main(replays: int, as_json: bool) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--json"]
-    main(int(args[0]) if args else 400, "--json" in sys.argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "replays",
+        metavar="REPLAYS",
+        nargs="?",
+        type=int,
+        default=400,
+        help="seeded runs for the spot cluster with revocations (default: 400)",
+    )
+    p.add_argument("--json", action="store_true", help="JSON lines, not a markdown table")
+    args = p.parse_args()
+    if args.replays < 1:
+        p.error(f"REPLAYS must be at least 1, not {args.replays}")
+    main(args.replays, args.json)

@@ -25,9 +25,9 @@ Usage: python bench/transient_select.py [--json] [--quick] [CANDIDATE ...]   (al
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import sys
 from dataclasses import replace
 
 from scipy.optimize import least_squares
@@ -209,8 +209,17 @@ def main(as_json: bool, names: list[str] = NAMES, quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    chosen = [a for a in sys.argv[1:] if not a.startswith("--")]
-    unknown = sorted(set(chosen) - set(NAMES))
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "candidates",
+        nargs="*",
+        metavar="CANDIDATE",
+        help=f"the candidates to score (default: all eight: {', '.join(NAMES)})",
+    )
+    p.add_argument("--json", action="store_true", help="JSON lines, not a markdown table")
+    p.add_argument("--quick", action="store_true", help="score in-sample only")
+    args = p.parse_args()
+    unknown = [name for name in args.candidates if name not in NAMES]
     if unknown:
-        sys.exit(f"unknown candidate(s) {unknown} (known: {', '.join(NAMES)})")
-    main("--json" in sys.argv, chosen or NAMES, "--quick" in sys.argv)
+        p.error(f"unknown candidate(s) {', '.join(map(repr, unknown))} (known: {', '.join(NAMES)})")
+    main(args.json, args.candidates or NAMES, args.quick)

@@ -64,7 +64,7 @@ def run_phase(args, phase, ctrl, keep, efs, rank, world):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--compute-s", type=float, default=0.1)
     parser.add_argument("--phases", type=int, required=True)

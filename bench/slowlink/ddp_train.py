@@ -49,7 +49,7 @@ def make_ddp(job, powersgd_rank: int) -> DistributedDataParallel:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("job")
     parser.add_argument("--option", "-o", action="append", default=[])
     parser.add_argument("--steps", type=int, required=True)

@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
-    """`python ARGS...` from the repository root with src/ importable; fails on a non-zero exit."""
+def run(args: list[str], timeout: float = 300.0, code: int = 0) -> subprocess.CompletedProcess:
+    """`python ARGS...` from the repository root with src/ importable; fails on an exit other
+    than `code` (0: success)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     # The interpreter's own scripts (torchrun) first, as in an activated virtual environment.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -24,7 +25,7 @@ def run(args: list[str], timeout: float = 300.0) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
-    assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.returncode == code, f"{args} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc
 
 

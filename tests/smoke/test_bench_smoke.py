@@ -2,14 +2,17 @@
 expected shape (the JSON keys its docs quote), not merely exit 0. Timings are not checked.
 
 Helper modules (_common.py, ddp_yardstick.py, torchelastic_job.py) run through the others.
+Every script, helpers and bench/slowlink/ included, answers --help with its usage, running nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,55 @@ def test_every_bench_script_has_a_smoke_test():
         assert script.removesuffix(".py") in (ROOT / test).read_text(), f"{test} runs {script}"
     missing = sorted(s for s in scripts if f'"bench/{s}"' not in source and s not in RUN_ELSEWHERE)
     assert not missing, f"bench scripts without a smoke test: {missing}"
+
+
+# the files of bench/ that are not scripts: a module the others import, bench/slowlink's package
+MODULES = {"ddp_yardstick.py", "__init__.py"}
+SCRIPTS = sorted(
+    p.relative_to(ROOT).as_posix()
+    for p in [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench").glob("*/*.py")]
+    if p.name not in MODULES
+)
+
+
+def test_bench_modules_have_no_entry_point():
+    # a module that grows a `__main__` block is a script: it must then answer --help below
+    for path in (ROOT / "bench").rglob("*.py"):
+        if path.name in MODULES:
+            assert "__main__" not in path.read_text(), f"{path} is a script: drop it from MODULES"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_prints_usage_and_runs_nothing(script):
+    start = time.monotonic()
+    out = run([script, "--help"], timeout=60).stdout
+    assert time.monotonic() - start < 20, f"{script} --help took over 20 s: it ran something"
+    assert out.startswith("usage: "), out[:500]
+    # the purpose: the docstring's first words, as argparse rewraps them
+    purpose = " ".join(ast.get_docstring(ast.parse((ROOT / script).read_text())).split()[:6])
+    assert purpose in " ".join(out.split()), f"{script} --help does not say {purpose!r}"
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["bench/sim_engine.py", "many"], "argument N: invalid int value: 'many'"),
+        (["bench/sim_engine.py", "0"], "N must be at least 1, not 0"),
+        (["bench/sim_speed.py", "1000", "lots"], "argument N: not a job count or 'all': 'lots'"),
+        (["bench/sim_transient.py", "--runs", "5"], "unrecognized arguments: --runs"),
+        (["bench/transient_heldout.py", "5", "--jsn"], "unrecognized arguments: --jsn"),
+        (["bench/sim_compare.py", "--cases", "0", "shoal"], "--cases must be at least 1, not 0"),
+        (["bench/sim_compare.py", "shoal", "nope"], "unknown policy 'nope' (known: yarn-cs"),
+        (["bench/transient_select.py", "mva", "nope"], "unknown candidate(s) 'nope' (known:"),
+        (["bench/sim_published.py", "--quick"], "unrecognized arguments: --quick"),
+        (["bench/schedule_loc.py", "gpt2"], "unrecognized arguments: gpt2"),
+        (["bench/_common.py"], "the following arguments are required: --ddp"),
+    ],
+)
+def test_bad_arguments_are_a_usage_error(argv, error):
+    # formerly parsed by hand: a traceback, or the bench run with the argument ignored
+    err = run(argv, timeout=60, code=2).stderr
+    assert err.startswith("usage: ") and f"error: {error}" in err.splitlines()[-1], err
 
 
 def test_sim_jobload():
@@ -92,6 +144,18 @@ def test_sim_compare():
     rows = json_lines(run(["bench/sim_compare.py", "--cases", "2", "shoal"]).stdout)
     summaries = [r for r in rows if r.get("policy") == "shoal" and "runs" in r]
     assert summaries and all(_positive(r["avg_jct_s_mean"]) for r in summaries)
+    assert all(r["runs"] == 2 and r["avg_jct_s_sd"] >= 0 for r in summaries)
+
+
+def test_sim_compare_one_case():
+    # one case per suite: the mean of one run and no spread (a standard deviation needs two)
+    rows = json_lines(run(["bench/sim_compare.py", "--cases", "1", "shoal"]).stdout)
+    runs = {r["suite"]: r for r in rows if "workload" in r}
+    summaries = [r for r in rows if "runs" in r]
+    assert {r["suite"] for r in summaries} == set(runs) == {"pollux", "philly-spot"}
+    for r in summaries:
+        assert r["runs"] == 1 and r["avg_jct_s_mean"] == round(runs[r["suite"]]["avg_jct_s"], 1)
+        assert r["avg_jct_s_sd"] is r["total_cost_usd_sd"] is r["makespan_s_sd"] is None
 
 
 def test_sim_published():

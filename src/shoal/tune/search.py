@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.errors import UserError
 from shoal.tune.runner import TrialOutcome, run_trial
 from shoal.tune.trial import TrialSpec
 
@@ -106,13 +107,28 @@ def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bo
     return any(f == fusion and bs >= b and ratio <= r for b, r, f in failed)
 
 
-def _check(memory_cap_mb: float, n_trials: int, objective: str) -> None:
+# The config field that bounds a language model's sequence: the positions it has embeddings (or
+# rotary angles) for. A longer `seq_len` fails inside the model, in every trial.
+_SEQ_LEN_LIMITS = {"gpt2": "block_size", "bert": "max_position", "llama": "max_seq_len"}
+
+
+def _check(base: TrialSpec, memory_cap_mb: float, n_trials: int, objective: str) -> None:
     if not memory_cap_mb > 0:  # `not >` also refuses NaN
         raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
     if n_trials < 1:
         raise ValueError(f"number of trials must be >= 1, got {n_trials}")
     if objective not in ("throughput", "cpu"):
         raise ValueError(f"objective must be 'throughput' or 'cpu', got {objective!r}")
+    key = _SEQ_LEN_LIMITS.get(base.model)
+    if key is not None:
+        from shoal.models import get_model_entry
+
+        limit = getattr(get_model_entry(base.model).make_config(**base.model_config), key)
+        if base.seq_len > limit:
+            raise UserError(
+                f"--seq-len {base.seq_len} is above {base.model}'s {key} of {limit}: give "
+                f"--config {key}={base.seq_len} or a shorter --seq-len"
+            )
 
 
 def _sampler(grid: dict[str, list[Any]], space: SearchSpace, n_trials: int, seed: int) -> Any:
@@ -200,11 +216,12 @@ def tune(
     `objective="cpu"` maximizes samples per CPU second instead of samples per wall second: the
     steadier choice when other jobs share the machine (it ignores parallel speedup, though).
     `measure(spec, cap)` runs one trial (default: `run_trial` in a subprocess); `on_trial` is
-    called after every new configuration, e.g. to print progress.
+    called after every new configuration, e.g. to print progress. Bad arguments, a `seq_len`
+    above the language model's limit among them, raise ValueError before any trial.
     """
     import optuna
 
-    _check(memory_cap_mb, n_trials, objective)
+    _check(base, memory_cap_mb, n_trials, objective)
     grid = {
         "micro_batch_size": list(space.micro_batch_sizes),
         "ckpt_ratio": list(space.ckpt_ratios),

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from shoal.cli import main
-from shoal.tune import TrialSpec, run_trial
+from shoal.tune import TrialOutcome, TrialSpec, run_trial
 
 TINY = {"n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 64, "block_size": 16}
 
@@ -105,6 +105,43 @@ def test_cli_bad_values_name_the_flag(extra, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "extra, limit",
+    [
+        # docs/tune.md's command without its --config block_size=256
+        (["--seq-len", "256"], "gpt2's block_size of 64"),
+        (["--seq-len", "256", "--config", "block_size=128"], "gpt2's block_size of 128"),
+        (["--model", "bert", "--seq-len", "65"], "bert's max_position of 64"),
+        (["--model", "llama", "--seq-len", "128"], "llama's max_seq_len of 64"),
+    ],
+)
+def test_cli_seq_len_above_the_model_limit_is_refused_before_any_trial(
+    extra, limit, capsys, monkeypatch
+):
+    """Every trial failed inside the model (IndexError; LLaMA: RuntimeError), then exit 1."""
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a trial ran")
+
+    monkeypatch.setattr("shoal.tune.run_trial", no_trial)
+    assert main(["tune", "--memory-cap-mb", "100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shoal: error: --seq-len ") and limit in err and err.count("\n") == 1
+
+
+def test_cli_seq_len_at_the_model_limit_runs_its_trials(capsys, monkeypatch):
+    ran = []
+
+    def fake_trial(spec, memory_cap_mb=None, timeout_s=600.0):
+        ran.append(spec.seq_len)
+        return TrialOutcome("ok", samples_per_s=1.0, step_time_s=1.0, peak_memory_mb=1.0)
+
+    monkeypatch.setattr("shoal.tune.run_trial", fake_trial)
+    argv = ["--batch-sizes", "1", "--ckpt-ratios", "0", "--fusion", "off", "--trials", "1"]
+    assert main(["tune", "--memory-cap-mb", "100", "--seq-len", "64", *argv]) == 0
+    assert ran == [64] and "best: micro_batch_size=1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("under", [True, False])
