@@ -32,9 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "g4dn or none (default gce)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (>= 1)")
-    p.add_argument("--restart-s", type=float, default=30.0, help="checkpoint-restart overhead")
-    p.add_argument("--rescale-s", type=float, default=10.0, help="in-place rescale overhead")
+    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (1 to 86,400)")
+    p.add_argument(
+        "--restart-s", type=float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
+    )
+    p.add_argument(
+        "--rescale-s", type=float, default=10.0, help="in-place rescale overhead (<= 3,600)"
+    )
     p.add_argument(
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"
     )
