@@ -116,7 +116,8 @@ class ProviderConfig:
         ),
     )
     max_servers: int = field(
-        default=8, metadata=option("--max-servers", "at most N servers at once", metavar="N")
+        default=8,
+        metadata=option("--max-servers", "at most N servers at once (<= 1,000)", metavar="N"),
     )
     scale_every_s: float = field(
         default=600.0,

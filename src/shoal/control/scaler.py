@@ -38,6 +38,10 @@ from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import load_devices
 
 EXACT_LIMIT = 20000  # mixes evaluated one by one at most; beyond, the local search
+# Every decision weighs up to max_servers of each kind and tier (counting the mixes alone is
+# keys x max_servers^2): 999,999,999 asked for gigabytes and hung; 1,000 takes ~0.2 s with 8
+# keys. A live run's servers are local processes, at most 8 per core.
+MAX_SERVERS = 1_000
 RATE_SAMPLES = 4000  # lifetimes drawn to estimate a revocation rate
 _SLACK = 1e-9  # relative float slack on a deadline or a budget
 # NEAR_BEST: mixes whose objective (cost under a deadline, remaining time under a budget) is
@@ -325,6 +329,8 @@ class Scaler:
     def __init__(self, goal: Goal, max_servers: int = 8) -> None:
         if max_servers < 1:
             raise UserError("--max-servers must be >= 1")
+        if max_servers > MAX_SERVERS:
+            raise UserError(f"--max-servers {max_servers}: at most {MAX_SERVERS:,}")
         self.goal = goal
         self.max_servers = max_servers
         self.margin = NEAR_BEST

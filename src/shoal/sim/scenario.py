@@ -39,6 +39,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.control.scaler import (
+    MAX_SERVERS,
     Goal,
     Scaler,
     ScalerInput,
@@ -188,6 +189,12 @@ def initial_counts(sc: Scenario) -> Counter:
         _check(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"bad count for {key}")
         if n:
             out[(load_devices().check(kind), tier)] += n
+    # a live run's initial servers are its --workers processes; a replay acquires them one by
+    # one (999,999,999 took gigabytes and hung)
+    _check(
+        out.total() <= MAX_SERVERS,
+        f"initial holds {out.total():,} servers, at most {MAX_SERVERS:,}",
+    )
     return out
 
 

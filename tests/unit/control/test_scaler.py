@@ -129,6 +129,12 @@ def test_impossible_deadline_names_the_fastest_finish_and_mix():
     assert mix.counts == {("k80", "on_demand"): 1}
 
 
+@pytest.mark.parametrize("servers", [0, 1001, 999999999])  # 999999999: gigabytes, a hang
+def test_max_servers_bounds(servers):
+    with pytest.raises(UserError, match="--max-servers"):
+        Scaler(Goal(deadline_s=1000), max_servers=servers)
+
+
 def test_goal_needs_exactly_one_positive_target():
     for bad in [{}, {"deadline_s": 1.0, "budget_usd": 1.0}, {"deadline_s": -5.0}]:
         with pytest.raises(UserError):
