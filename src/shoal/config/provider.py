@@ -117,7 +117,11 @@ class ProviderConfig:
     )
     max_servers: int = field(
         default=8,
-        metadata=option("--max-servers", "at most N servers at once (<= 1,000)", metavar="N"),
+        metadata=option(
+            "--max-servers",
+            "at most N servers at once (each a local process: at most 8 per CPU core, 16 at least)",
+            metavar="N",
+        ),
     )
     scale_every_s: float = field(
         default=600.0,

@@ -356,7 +356,7 @@ class _Run:
             now_s=self.t,
             steps_done=int(self.progress),
             steps_total=self.sc.steps,
-            batch_at=self.sc.batch_at,
+            batch=self.sc.batch,
             step_time=self.step_time,
             offers=[
                 replace(o, startup_s=max(o.startup_s, self.counted_delay()))
