@@ -2,8 +2,6 @@
 job file's own errors, flags and storage checked up front, numbered attempt logs, console lines
 and events that cannot fire."""
 
-import pathlib
-
 import pytest
 
 from shoal.cli import main
@@ -106,20 +104,6 @@ def test_hundreds_of_local_workers_are_refused_before_any_starts():
     check_process_count(SimpleNamespace(kinds=["v100"] * limit, config=config))  # at the limit
     with pytest.raises(UserError, match=f"1000 local worker processes at once, more than {limit}"):
         check_process_count(SimpleNamespace(kinds=["v100"] * 1000, config=config))
-
-
-def test_an_autoscaled_run_holds_at_most_the_local_process_limit(tmp_path, capsys):
-    """--max-servers had no bound: the scaler could buy 1,000 servers, each a torch process."""
-    from shoal.launcher.spec import local_worker_limit
-
-    job = str(pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py")
-    servers = local_worker_limit() + 1
-    argv = ["run", job, "--workers", "k80", "--steps", "2", "--out", str(tmp_path / "r")]
-    argv += ["--provider", "local", "--autoscale", "--deadline", "1h"]
-    assert main([*argv, "--max-servers", str(servers)]) == 2
-    err = capsys.readouterr().err
-    assert f"--max-servers {servers}: at most {servers - 1} local worker processes" in err
-    assert err.count("\n") == 1
 
 
 def test_adds_past_the_process_limit_wait_for_a_process_to_end(tmp_path, monkeypatch):
