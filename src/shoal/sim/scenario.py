@@ -513,6 +513,12 @@ class _Run:
                 self.on_checkpoint()
             else:
                 handlers[what](server)
+        else:  # the loop guard, long before the horizon (it said "does not finish in 30 days")
+            raise UserError(
+                f"scenario: {MAX_EVENTS:,} events in {self.t:.3g} s of emulated time, at step "
+                f"{self.progress:.0f} of {self.sc.steps} (scale_every_s "
+                f"{self.sc.scale_every_s:g}, checkpoint_every_s {self.sc.checkpoint_every_s:g})"
+            )
         raise UserError(
             f"scenario: the run does not finish within {horizon / 86400:.0f} days of emulated "
             f"time (step {self.progress:.0f} of {self.sc.steps}; no capacity?)"
