@@ -112,6 +112,7 @@ def test_binary_workload_file(tmp_path, header):
         (["--restart-s", "1e300"], "--restart-s 1e+300: at most 3,600 s"),  # hung
         (["--rescale-s", "86400"], "--rescale-s 86400: at most 3,600 s"),  # hung
         (["--workload", "philly:999999999"], "philly:999999999: the trace has 82,247 jobs"),
+        (["--compare", ",".join(["yarn-cs"] * 10000)], "--compare names 'yarn-cs' more than once"),
     ],
 )
 def test_cli_user_errors_are_one_line_exit_2(capsys, argv, message):
