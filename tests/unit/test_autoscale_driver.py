@@ -39,6 +39,13 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         # an infinite cadence trained every step, then failed on the scenario it could not write
         ([*PROVIDER, "--scale-every", "inf"], "--scale-every must be > 0 seconds, got inf"),
         ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
+        # billed $3.6e299 for 3 steps of digits
+        ([*PROVIDER, "--time-scale", "1e300"], "--time-scale 1e+300: at most 1,000,000"),
+        # the scaler's count of mixes took gigabytes (a hang); each server a torch process
+        (
+            [*PROVIDER, "--autoscale", "--deadline", "1h", "--max-servers", "999999999"],
+            "--max-servers 999999999: at most",
+        ),
     ],
 )
 def test_bad_provider_flags(capsys, tmp_path, extra, needle):

@@ -32,9 +32,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "g4dn or none (default gce)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (>= 1)")
-    p.add_argument("--restart-s", type=float, default=30.0, help="checkpoint-restart overhead")
-    p.add_argument("--rescale-s", type=float, default=10.0, help="in-place rescale overhead")
+    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (1 to 86,400)")
+    p.add_argument(
+        "--restart-s", type=float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
+    )
+    p.add_argument(
+        "--rescale-s", type=float, default=10.0, help="in-place rescale overhead (<= 3,600)"
+    )
     p.add_argument(
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"
     )
@@ -64,9 +68,16 @@ def _register_transient(subparsers: argparse._SubParsersAction) -> None:
         help="[Nx]KIND[@REGION][:TIER[=USD_PER_HOUR]],... e.g. 4xk80@us-east1:spot,1xv100@us-west1"
         ",ps@us-east1 (0xps: no server, one worker); or @FILE with one or more items per line",
     )
-    p.add_argument("--runs", type=int, default=200, help="seeded runs to average")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=200,
+        help="seeded runs to average (at most 1,000,000, and runs x servers at most 1,000,000)",
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=64000, help="training steps per run")
+    p.add_argument(
+        "--steps", type=int, default=64000, help="training steps per run (at most 10^12)"
+    )
     p.add_argument(
         "--fit",
         choices=("all", "size", "kind"),

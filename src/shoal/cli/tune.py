@@ -45,7 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sample (image side: CNN)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps per trial")
     p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps per trial")
-    p.add_argument("--world-size", type=int, default=1, help="tensor-parallel processes (gloo)")
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="tensor-parallel processes (gloo; at most 8 per CPU core, 16 at least)",
+    )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: auto)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
@@ -96,6 +101,21 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _check_world_size(world_size: int) -> None:
+    """Every trial forks --world-size torch processes at once, each under the memory cap but
+    not their sum: 1,000 would take the machine down. The bound of `shoal run --workers`."""
+    import os
+
+    from shoal.launcher.spec import local_worker_limit
+
+    limit = local_worker_limit()
+    if world_size > limit:
+        cores = len(os.sched_getaffinity(0))
+        raise UserError(
+            f"--world-size {world_size}: at most {limit} local processes on {cores} CPU cores"
+        )
+
+
 def _tune(args: argparse.Namespace) -> int:
     import optuna
 
@@ -129,6 +149,7 @@ def _tune(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
+    _check_world_size(args.world_size)
     if args.out is not None:  # checked before the trials, not after them
         if args.out.is_dir():
             raise UserError(f"--out {args.out}: is a directory (give a JSON file's path)")

@@ -16,6 +16,11 @@ _UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 TIER_NAMES = ("on_demand", "spot")
 
 
+# Emulated seconds per wall second: runs use 80 to 1,440. At 10^6 (11.6 days a wall second)
+# every spot lifetime (24 h at most) is over within a poll; 1e300 billed $3.6e299 for 3 steps.
+MAX_TIME_SCALE = 1e6
+
+
 def parse_duration(text: str, flag: str) -> float:
     """`45m`, `2h`, `900s` or `900` (seconds) -> seconds; one line naming the flag otherwise."""
     m = _DURATION.fullmatch(text.strip().lower())
@@ -112,11 +117,18 @@ class ProviderConfig:
     time_scale: float = field(
         default=1.0,
         metadata=option(
-            "--time-scale", "emulated seconds per wall second (default 1)", metavar="X"
+            "--time-scale",
+            "emulated seconds per wall second (default 1, at most 10^6)",
+            metavar="X",
         ),
     )
     max_servers: int = field(
-        default=8, metadata=option("--max-servers", "at most N servers at once", metavar="N")
+        default=8,
+        metadata=option(
+            "--max-servers",
+            "at most N servers at once (each a local process: at most 8 per CPU core, 16 at least)",
+            metavar="N",
+        ),
     )
     scale_every_s: float = field(
         default=600.0,
@@ -186,6 +198,8 @@ class ProviderConfig:
             raise UserError("--deadline and --budget are the scaler's goal: add --autoscale")
         if not self.time_scale > 0 or math.isinf(self.time_scale):
             raise UserError(f"--time-scale must be > 0, got {self.time_scale}")
+        if self.time_scale > MAX_TIME_SCALE:
+            raise UserError(f"--time-scale {self.time_scale:g}: at most {MAX_TIME_SCALE:,.0f}")
         if self.recovery not in ("peers", "restart"):
             raise UserError(f"--recovery must be peers or restart, got {self.recovery!r}")
         if self.recovery == "restart" and self.autoscale:

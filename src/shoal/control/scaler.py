@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from shoal.cluster.provider import Offer
@@ -38,6 +38,10 @@ from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import load_devices
 
 EXACT_LIMIT = 20000  # mixes evaluated one by one at most; beyond, the local search
+# Every decision weighs up to max_servers of each kind and tier (counting the mixes alone is
+# keys x max_servers^2): 999,999,999 asked for gigabytes and hung; 1,000 takes ~0.2 s with 8
+# keys. A live run's servers are local processes, at most 8 per core.
+MAX_SERVERS = 1_000
 RATE_SAMPLES = 4000  # lifetimes drawn to estimate a revocation rate
 _SLACK = 1e-9  # relative float slack on a deadline or a budget
 # NEAR_BEST: mixes whose objective (cost under a deadline, remaining time under a budget) is
@@ -81,13 +85,37 @@ class ScalerInput:
     now_s: float
     steps_done: int
     steps_total: int
-    batch_at: Callable[[int], int]  # forecast global batch at a step
+    batch: Sequence[tuple[int, int]]  # forecast global batch: (from step, batch) pieces, in order
     step_time: Callable[[Mapping[str, int], int], float]  # (GPUs per kind, batch) -> s/step
     offers: list[Offer]  # what can be had now (quota: the total, held included)
     held: Mapping[tuple[str, str], int]  # servers held now, ready or booting
     spent_usd: float
     change_cost_s: float  # seconds lost per membership change
     revocations_per_s: Callable[[str], float]  # expected revocations per second of a spot server
+
+
+def batch_at(pieces: Sequence[tuple[int, int]], step: int) -> int:
+    """The batch of (from step, batch) `pieces` at `step`: the last piece starting at or before
+    it (the first piece's before any)."""
+    value = pieces[0][1]
+    for start, batch in pieces:
+        if start <= step:
+            value = batch
+    return value
+
+
+def remaining_batches(
+    pieces: Sequence[tuple[int, int]], done: int, total: int
+) -> list[tuple[int, int]]:
+    """(batch, steps) of steps done..total-1, per batch, in batch order: counted per piece,
+    not per step (a run of 10^9 steps counted them one by one at every decision, a hang)."""
+    todo: Counter[int] = Counter()
+    for i, (start, batch) in enumerate(pieces):
+        lo = max(done, start if i else done)
+        hi = min(total, pieces[i + 1][0] if i + 1 < len(pieces) else total)
+        if hi > lo:
+            todo[batch] += hi - lo
+    return sorted(todo.items())
 
 
 def revocation_rate(model: RevocationModel, kind: str) -> float:
@@ -147,9 +175,8 @@ class _Model:
         self.rate = tuple(
             inp.revocations_per_s(kind) if tier == "spot" else 0.0 for kind, tier in self.keys
         )
-        todo = Counter(inp.batch_at(s) for s in range(inp.steps_done, inp.steps_total))
-        self.batches = sorted(todo.items())
-        self.batch_now = inp.batch_at(min(inp.steps_done, max(inp.steps_total - 1, 0)))
+        self.batches = remaining_batches(inp.batch, inp.steps_done, inp.steps_total)
+        self.batch_now = batch_at(inp.batch, min(inp.steps_done, max(inp.steps_total - 1, 0)))
         self.kinds = sorted({kind for kind, _ in self.keys})
         self.kind_of = tuple(self.kinds.index(kind) for kind, _ in self.keys)
         self._step: dict[tuple, float] = {}
@@ -325,6 +352,8 @@ class Scaler:
     def __init__(self, goal: Goal, max_servers: int = 8) -> None:
         if max_servers < 1:
             raise UserError("--max-servers must be >= 1")
+        if max_servers > MAX_SERVERS:
+            raise UserError(f"--max-servers {max_servers}: at most {MAX_SERVERS:,}")
         self.goal = goal
         self.max_servers = max_servers
         self.margin = NEAR_BEST

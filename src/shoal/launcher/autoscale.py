@@ -454,16 +454,11 @@ class Driver:
         step_time = profile_step_time(
             self.micro_batch_size, _median(self.host), slowdowns, _median(self.overhead)
         )
-        batch = list(self.batch)
-
-        def batch_at(step: int) -> int:
-            return [b for s, b in batch if s <= step][-1] if step >= batch[0][0] else batch[0][1]
-
         return ScalerInput(
             now_s=now,
             steps_done=steps_done,
             steps_total=self.spec.config.steps,
-            batch_at=batch_at,
+            batch=tuple(self.batch),
             step_time=step_time,
             offers=[replace(o, startup_s=self.startup_s()) for o in self.provider.offers(now)],
             held=self.held(),

@@ -65,12 +65,19 @@ def local_worker_limit() -> int:
 
 
 def check_process_count(spec: RunSpec) -> None:
-    """The initial workers start at once (joins come one by one, as others leave)."""
-    limit = local_worker_limit()
+    """The initial workers start at once; an autoscaled run may hold --max-servers of them
+    (--events' adds wait for a process to end past the limit: the controller)."""
+    limit, cores = local_worker_limit(), len(os.sched_getaffinity(0))
     if len(spec.kinds) > limit:
         raise UserError(
             f"--workers starts {len(spec.kinds)} local worker processes at once, more than "
-            f"{limit} on {len(os.sched_getaffinity(0))} CPU cores (use torchrun across machines)"
+            f"{limit} on {cores} CPU cores (use torchrun across machines)"
+        )
+    provider = spec.config.provider
+    if provider.name and provider.autoscale and provider.max_servers > limit:
+        raise UserError(
+            f"--max-servers {provider.max_servers}: at most {limit} local worker processes on "
+            f"{cores} CPU cores"
         )
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from shoal.console import Progress
 from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
 from shoal.launcher.rundir import next_number, resume_hint, wind_down
-from shoal.launcher.spec import RunSpec, Speeds
+from shoal.launcher.spec import RunSpec, Speeds, local_worker_limit
 from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line, last_logged_step
@@ -89,6 +89,7 @@ class Controller:
         self.members: list[str] = []
         self.generation = 0
         self.pending = list(spec.events)
+        self.said_full = False  # said that an add waits for a process to end
         self.steps_done, self._read_upto = 0, 0  # bytes of metrics.jsonl already read
         if spec.config.resume and self.metrics.exists():
             # the earlier attempts' lines were shown (and measured) by their own launchers;
@@ -108,6 +109,9 @@ class Controller:
         self.driver = driver(self) if driver else None
 
     # -- processes -------------------------------------------------------------------------
+    def running_processes(self) -> int:
+        return sum(w.proc.poll() is None for w in self.workers.values())
+
     def spawn(self, kind: str) -> Worker:
         wid = f"w{len(self.workers)}"
         env = dict(os.environ)
@@ -228,6 +232,14 @@ class Controller:
         for e in due:
             self.pending.remove(e)
             if e.action == "add":
+                # joins at one step (or before anyone leaves) all started at once: 1,000 adds
+                # were 1,000 torch processes. Past the limit an add waits for a process to end.
+                if self.running_processes() >= local_worker_limit():
+                    self.pending.append(e)
+                    if not self.said_full:
+                        self.said_full = True
+                        self.say(f"{local_worker_limit()} worker processes running: an add waits")
+                    continue
                 w = self.spawn(e.kind)
                 self.say(f"step {self.steps_done}: starting {w.id} ({w.kind})")
                 continue

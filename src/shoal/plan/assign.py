@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 from shoal.errors import UserError
 
+# Above this many micro-batches per usable worker the greedy starts from a threshold found by
+# bisection (each probe costs a pass over the workers) instead of one heap step per batch.
+BULK_PER_WORKER = 256
+BISECTIONS = 200  # more than enough to reach adjacent floats
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -73,13 +78,57 @@ def plan_micro_batches(
             f"the workers cannot take {num_micro_batches} micro-batches per step "
             "(too few usable workers or caps too low)"
         )
+    usable = [r for r, t in enumerate(times_s) if math.isfinite(t) and limit[r] > 0]
     counts = [0] * len(times_s)
+    if num_micro_batches > BULK_PER_WORKER * len(usable):  # a batch of 10^18 samples hung
+        counts = _below_threshold(num_micro_batches, times_s, limit, usable)
     # heap of (finish time if given one more micro-batch, rank)
-    heap = [(t, r) for r, t in enumerate(times_s) if math.isfinite(t) and limit[r] > 0]
+    heap = [((counts[r] + 1) * times_s[r], r) for r in usable if counts[r] < limit[r]]
     heapq.heapify(heap)
-    for _ in range(num_micro_batches):
+    for _ in range(num_micro_batches - sum(counts)):
         _, r = heapq.heappop(heap)
         counts[r] += 1
         if counts[r] < limit[r]:
             heapq.heappush(heap, ((counts[r] + 1) * times_s[r], r))
     return Plan(tuple(counts))
+
+
+def _count_below(t: float, limit: float, threshold: float) -> int:
+    """How many of the greedy's values 1 * t, 2 * t, ... (its float products) are below
+    `threshold`, at most `limit`."""
+    k = int(min(threshold // t, limit))  # near the answer (the caller keeps it finite) ...
+    while k > 0 and k * t >= threshold:
+        k -= 1
+    while k < limit and (k + 1) * t < threshold:  # ... and the products decide
+        k += 1
+    return k
+
+
+def _below_threshold(
+    num: int, times_s: Sequence[float], limit: Sequence[float], usable: Sequence[int]
+) -> list[int]:
+    """The greedy's counts after it has handed out every value below a threshold T, the
+    largest (by bisection) with at most `num` of them: those values come first in its order
+    (value, rank), so continuing the greedy from here ends where it would have, after a few
+    more steps (the values equal to T) instead of `num`."""
+    counts = [0] * len(times_s)
+
+    def below(threshold: float) -> list[int]:
+        out = list(counts)
+        for r in usable:  # past num + 1 a count only says "too many"
+            out[r] = _count_below(times_s[r], min(limit[r], num + 1), threshold)
+        return out
+
+    # every uncapped worker has more than num values below hi
+    lo, hi = 0.0, 2.0 * (num + 1) * max(times_s[r] for r in usable)
+    if sum(below(hi)) <= num:
+        return below(hi)
+    for _ in range(BISECTIONS):
+        mid = (lo + hi) / 2
+        if not lo < mid < hi:
+            break
+        if sum(below(mid)) <= num:
+            lo = mid
+        else:
+            hi = mid
+    return below(lo)

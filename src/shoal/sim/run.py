@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from argparse import Namespace
+from collections import Counter
 from pathlib import Path
 
 from shoal.cluster.nodes import PRESETS, parse_cluster
@@ -67,6 +68,11 @@ def simulate_cli(args: Namespace) -> str:
         tick_s=args.tick, restart_s=args.restart_s, rescale_s=args.rescale_s, seed=args.seed
     )
     policies = args.compare.split(",") if args.compare else [args.policy]
+    # each name once: a repeat ran the same simulation again and wrote over its own output
+    # (--compare shoal,shoal,... as long as a command line runs for hours)
+    repeated = [name for name, n in Counter(policies).items() if n > 1]
+    if repeated:
+        raise UserError(f"--compare names {repeated[0]!r} more than once")
     # with --compare, each policy writes its own subdirectory of --out
     outs = [args.out / p if args.compare else args.out for p in policies] if args.out else []
     for name in policies:

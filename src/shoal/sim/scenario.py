@@ -39,6 +39,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.control.scaler import (
+    MAX_SERVERS,
     Goal,
     Scaler,
     ScalerInput,
@@ -188,6 +189,12 @@ def initial_counts(sc: Scenario) -> Counter:
         _check(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"bad count for {key}")
         if n:
             out[(load_devices().check(kind), tier)] += n
+    # a live run's initial servers are its --workers processes; a replay acquires them one by
+    # one (999,999,999 took gigabytes and hung)
+    _check(
+        out.total() <= MAX_SERVERS,
+        f"initial holds {out.total():,} servers, at most {MAX_SERVERS:,}",
+    )
     return out
 
 
@@ -349,7 +356,7 @@ class _Run:
             now_s=self.t,
             steps_done=int(self.progress),
             steps_total=self.sc.steps,
-            batch_at=self.sc.batch_at,
+            batch=self.sc.batch,
             step_time=self.step_time,
             offers=[
                 replace(o, startup_s=max(o.startup_s, self.counted_delay()))
@@ -506,6 +513,12 @@ class _Run:
                 self.on_checkpoint()
             else:
                 handlers[what](server)
+        else:  # the loop guard, long before the horizon (it said "does not finish in 30 days")
+            raise UserError(
+                f"scenario: {MAX_EVENTS:,} events in {self.t:.3g} s of emulated time, at step "
+                f"{self.progress:.0f} of {self.sc.steps} (scale_every_s "
+                f"{self.sc.scale_every_s:g}, checkpoint_every_s {self.sc.checkpoint_every_s:g})"
+            )
         raise UserError(
             f"scenario: the run does not finish within {horizon / 86400:.0f} days of emulated "
             f"time (step {self.progress:.0f} of {self.sc.steps}; no capacity?)"

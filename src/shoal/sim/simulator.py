@@ -28,6 +28,9 @@ from shoal.sim.jobs import JobRun, JobSpec
 from shoal.sim.policy import ClusterView, Decision, Node, Policy, counts_of
 
 _ARRIVE, _DONE, _REVOKE, _REPLACE, _ROUND, _REFRESH = range(6)
+MAX_TIME_S = 365 * 86400.0  # the horizon: a simulation stops there, finished or not
+MAX_TICK_S = 86_400.0  # a scheduling interval of a day (see SimConfig)
+MAX_STALL_S = 3_600.0  # a restart or rescale overhead of an hour
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class SimConfig:
     replace_delay_s: float = 300.0  # a revoked spot node is replaced after this long
     refresh_points: int = 10  # rate re-evaluations over a job's progress
     seed: int = 0
-    max_time_s: float = 365 * 86400.0
+    max_time_s: float = MAX_TIME_S
 
     def __post_init__(self) -> None:
         # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
@@ -49,6 +52,17 @@ class SimConfig:
             value, low = getattr(self, name), 1.0 if name == "tick_s" else 0.0
             if not (math.isfinite(value) and value >= low):
                 raise UserError(f"{name} must be finite and >= {low:g}, got {value}")
+        # Upper bounds, generous for real use (Pollux: a 60 s tick, 30 s restarts). A tick of
+        # 1e12 s put the rounds it asked for at time 0, before the events asking (negative
+        # JCTs); a rescale of a day stalled jobs that were rescaled again before it ended, and
+        # the simulation ran a round a tick to its one-year horizon (~30 min); restarts alike.
+        for name, flag, high in (
+            ("tick_s", "--tick", MAX_TICK_S),
+            ("restart_s", "--restart-s", MAX_STALL_S),
+            ("rescale_s", "--rescale-s", MAX_STALL_S),
+        ):
+            if getattr(self, name) > high:
+                raise UserError(f"{flag} {getattr(self, name):g}: at most {high:,.0f} s")
         if self.refresh_points < 1:
             raise ValueError("refresh_points must be >= 1")
 

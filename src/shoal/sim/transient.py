@@ -23,7 +23,8 @@ import csv
 import math
 import random
 import statistics
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -84,11 +85,14 @@ class TransientRun:
 def _replay(
     deaths: Sequence[float],
     prices: Sequence[float],
-    rate: Callable[[list[int]], float],
+    labels: Sequence[Hashable],
+    rate: Callable[[Counter[Hashable]], float],
     total_steps: int,
     fatal: Sequence[bool],
 ) -> TransientRun:
-    """Walk revocations in time order; `rate(alive)` is the cluster's steps/s with those servers.
+    """Walk revocations in time order; `rate(alive)` is the cluster's steps/s with `alive[label]`
+    servers of each label alive (a count per label, not a list of servers: a revocation costs
+    the same in a cluster of 10,000 servers as in one of 10).
 
     Server i dies at deaths[i] and is billed at prices[i] until then; a `fatal` server's death
     (the chief, a parameter server) fails the run. Others leave and the rest go on.
@@ -96,21 +100,21 @@ def _replay(
     ledger = CostLedger()
     for i, price in enumerate(prices):
         ledger.open(f"server-{i}", "job", price, 0.0)
-    now, steps, alive, revoked = 0.0, 0.0, set(range(len(prices))), 0
+    now, steps, alive, revoked = 0.0, 0.0, Counter(labels), 0
     for t, i in sorted((t, i) for i, t in enumerate(deaths)):
-        speed = rate(sorted(alive))
+        speed = rate(alive)
         finish = now + (total_steps - steps) / speed
         if t >= finish:
             break
         steps += speed * (t - now)
         now = t
-        alive.discard(i)
+        alive[labels[i]] -= 1
         ledger.close(f"server-{i}", now)
         revoked += 1
         if fatal[i]:  # the paper's harness stops the cluster, the run fails
             ledger.close_all(now)
             return TransientRun(now, ledger.total_usd, revoked, failed=True)
-    now += (total_steps - steps) / rate(sorted(alive))
+    now += (total_steps - steps) / rate(alive)
     ledger.close_all(now)
     return TransientRun(now, ledger.total_usd, revoked, failed=False)
 
@@ -123,7 +127,8 @@ def run_once(cfg: TransientConfig, lifetimes: RevocationModel, rng: random.Rando
     return _replay(
         deaths,
         [price] * n + [cfg.ps_price_usd_per_hour],
-        lambda alive: per_worker * (len(alive) - 1),  # the last server is the PS
+        ["worker"] * n + ["ps"],
+        lambda alive: per_worker * alive["worker"],
         cfg.total_steps,
         [True] + [False] * (n - 1) + [True],
     )
@@ -166,18 +171,19 @@ def run_cluster_once(cfg: ClusterConfig, rng: random.Random) -> TransientRun:
     workers, servers = cfg.cluster.workers, cfg.cluster.servers
     everyone = workers + servers
     deaths = [_lifetime(s, cfg.by_region, rng) for s in everyone]
-    kinds = [w.kind for w in workers]
     num_ps = len(servers)
-    rates: dict[tuple[int, ...], float] = {}
+    labels = [w.kind for w in workers] + [None] * num_ps  # alive workers per kind
+    rates: dict[tuple[tuple[str, int], ...], float] = {}
 
-    def rate(alive: list[int]) -> float:
-        key = tuple(i for i in alive if i < len(workers))
+    def rate(alive: Counter[Hashable]) -> float:
+        key = tuple(sorted((k, n) for k, n in alive.items() if k is not None and n > 0))
         if key not in rates:
-            rates[key] = cfg.model.steps_per_s([kinds[i] for i in key], num_ps)
+            rates[key] = cfg.model.steps_per_s_by_kind(dict(key), num_ps)
         return rates[key]
 
     fatal = [True] + [False] * (len(workers) - 1) + [True] * num_ps
-    return _replay(deaths, [s.price_usd_per_hour for s in everyone], rate, cfg.total_steps, fatal)
+    prices = [s.price_usd_per_hour for s in everyone]
+    return _replay(deaths, prices, labels, rate, cfg.total_steps, fatal)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shoal.errors import UserError
@@ -97,7 +97,11 @@ class PSModel:
 
     def queue_wait_s(self, base: Sequence[float], num_ps: int) -> float:
         """The wait w at the servers of workers with unloaded cycles `base` (module docstring)."""
-        groups = sorted(Counter(base).items())  # one term per distinct cycle, not per worker
+        return self._wait(Counter(base), num_ps)
+
+    def _wait(self, cycles: Counter[float], num_ps: int) -> float:
+        """`queue_wait_s` of `cycles[t]` workers of unloaded cycle t each."""
+        groups = sorted(cycles.items())  # one term per distinct cycle, not per worker
         service = self.ps_service_s / num_ps
         if service == 0:
             return 0.0
@@ -112,13 +116,26 @@ class PSModel:
             scv = (self.service_sd_s / service) ** 2 + bursts
             return (1 - rho) * (w if rho < 1 else max(w, service)) - service * rho * scv / 2
 
-        lo, hi = 0.0, service * (len(base) + 1)
+        lo, hi = 0.0, service * (cycles.total() + 1)
         while gap(hi) <= 0:
             hi *= 2
         return _root(gap, lo, hi)
 
     def steps_per_s(self, kinds: Sequence[str], num_ps: int) -> float:
         return sum(1.0 / t for t in self.step_times_s(kinds, num_ps))
+
+    def steps_per_s_by_kind(self, counts: Mapping[str, int], num_ps: int) -> float:
+        """`steps_per_s` of `counts[kind]` workers of each kind, in time linear in the kinds,
+        not the workers (a replay recomputes it at each of up to thousands of revocations)."""
+        counts = {k: n for k, n in counts.items() if n > 0}
+        if num_ps == 0 or not counts:
+            return self.steps_per_s([k for k, n in counts.items() for _ in range(n)], num_ps)
+        base = {k: self.compute(k) + self.latency_s / num_ps for k in counts}
+        cycles: Counter[float] = Counter()
+        for k, n in counts.items():
+            cycles[base[k]] += n
+        wait = self._wait(cycles, num_ps)
+        return sum(n / (base[k] + wait) for k, n in counts.items())
 
     def steady_s(self, m: Measurement) -> float:
         """Seconds for measurement `m`'s cluster to run 64,000 steps at its steady rate."""

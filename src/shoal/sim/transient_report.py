@@ -36,10 +36,32 @@ def _describe(cluster: TransientCluster) -> str:
     )
 
 
-def transient_cli(args: argparse.Namespace) -> str:
+# A replay costs ~10-20 us per server and run, so 1,000,000 server-runs take ~20 s at worst
+# (--runs 999999999 hung). Generous: the paper averages a few hundred runs of 8 or 9 servers.
+MAX_RUNS = 1_000_000
+MAX_SERVER_RUNS = 1_000_000  # runs x servers
+# 15 million times the paper's 64,000 steps, centuries of training: beyond it the hours mean
+# nothing, and past ~1e308 the count is no float (a traceback)
+MAX_STEPS = 10**12
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
     if args.runs < 1 or args.steps < 1:
         raise UserError("--runs and --steps must be >= 1")
+    if args.runs > MAX_RUNS:
+        raise UserError(f"--runs {args.runs}: at most {MAX_RUNS:,}")
+    if args.steps > MAX_STEPS:
+        raise UserError(f"--steps {args.steps}: at most {MAX_STEPS:,}")
+
+
+def transient_cli(args: argparse.Namespace) -> str:
+    _check_sizes(args)
     cluster = parse_cluster(args.cluster)
+    servers = len(cluster.workers) + len(cluster.servers)
+    if args.runs * servers > MAX_SERVER_RUNS:
+        raise UserError(
+            f"--runs {args.runs} x {servers:,} servers: at most {MAX_SERVER_RUNS:,} runs x servers"
+        )
     model = model_for(cluster, args.fit)
     cfg = ClusterConfig(cluster, model, total_steps=args.steps, by_region=args.by_region)
     kinds = [w.kind for w in cluster.workers]

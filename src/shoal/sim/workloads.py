@@ -30,6 +30,7 @@ from shoal.perf.devices import load_devices
 from shoal.perf.goodput import gain, goodput_model
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.sim.jobs import JobSpec
+from shoal.sim.simulator import MAX_TIME_S
 
 # EasyScale's applications mapped onto the measured profile of the closest model we have.
 EASYSCALE_APPS = {
@@ -84,6 +85,16 @@ def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: floa
     return value
 
 
+def _check_length(path: Path, lineno: int, what: str, seconds: float) -> None:
+    """A job longer alone than the simulator's horizon can never finish, and the simulation
+    would run a round a tick to the horizon (~30 min with one job: epochs 1e300 hung)."""
+    if seconds > MAX_TIME_S:
+        raise UserError(
+            f"{path}:{lineno}: {what}: the job alone would run {seconds / 86400:,.3g} days, "
+            f"more than the simulator's horizon of {MAX_TIME_S / 86400:.0f} days"
+        )
+
+
 def _app(path: Path, lineno: int, name: str, table: dict[str, str] | None = None) -> str:
     app = (table or {a: a for a in APPS}).get(name.strip().lower())
     if app is None:
@@ -116,6 +127,9 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         batch = _num(path, lineno, row, "batch_size", int, 1) * mp
         epochs = _num(path, lineno, row, "epochs", float, 0)
         steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
+        # its time on its GPUs of the profiled kind, consolidated (as a Philly job's is set)
+        step_s = goodput_model(app).step_time_s(((PROFILE_KIND, mp),), math.ceil(mp / 4), batch)
+        _check_length(path, lineno, f"epochs {epochs:g}", steps * step_s)
         het = _num(path, lineno, row, "enable_heterogeneous_deterministic", float, 0)
         kind = (row.get("preferred_gpu") or "").strip().lower() or None
         if kind is not None and kind not in load_devices().memory_gib:
@@ -144,6 +158,7 @@ def _philly_rows(path: Path) -> tuple[tuple[float, float, int, int], ...]:
         except (KeyError, TypeError, ValueError):
             raise UserError(f"{path}:{lineno}: bad timestamp {raw[0]!r}") from None
         duration = _num(path, lineno, row, "duration", float, 0)
+        _check_length(path, lineno, f"duration {duration:g}", duration)
         gpus = _num(path, lineno, row, "num_gpus", lambda v: int(float(v)), 1)
         out.append((ts, duration, gpus, lineno))
     out.sort()
@@ -164,7 +179,11 @@ def sample_philly(
     path = path or philly_path()
     rows = _philly_rows(path)
     rng = random.Random(seed)
-    if num_jobs is None or num_jobs >= len(rows):
+    if num_jobs is not None and num_jobs > len(rows):  # was the whole trace, without a word
+        raise UserError(
+            f"philly:{num_jobs}: the trace has {len(rows):,} jobs (philly:all replays them all)"
+        )
+    if num_jobs is None or num_jobs == len(rows):
         chosen = rows
     else:
         if num_jobs < 1:

@@ -7,12 +7,23 @@ its replacement's join (2 x 5 s), no step (30 s notice), and the replacement's 6
 the mix's speed without it (alone: all of it), so lam = 1e-4 x 70 = 0.007.
 """
 
+import math
+from collections import Counter
+
 import pytest
 
 from shoal.cluster.provider import Offer
 from shoal.cluster.revocation import NoRevocations, TraceRevocations
 from shoal.control import scaler as scaler_mod
-from shoal.control.scaler import Goal, Scaler, ScalerInput, check_goal, revocation_rate
+from shoal.control.scaler import (
+    Goal,
+    Scaler,
+    ScalerInput,
+    batch_at,
+    check_goal,
+    remaining_batches,
+    revocation_rate,
+)
 from shoal.errors import UserError
 
 PRICE = {("k80", "on_demand"): 0.723, ("k80", "spot"): 0.256}
@@ -34,7 +45,7 @@ def make_input(offers, steps=3600, held=None, **extra):
         now_s=0.0,
         steps_done=0,
         steps_total=steps,
-        batch_at=lambda step: 1,
+        batch=((0, 1),),
         step_time=step_time,
         offers=offers,
         held=held or {},
@@ -127,6 +138,29 @@ def test_impossible_deadline_names_the_fastest_finish_and_mix():
     # and decide() then returns that fastest mix
     mix = Scaler(Goal(deadline_s=1000), max_servers=1).decide(make_input(K80_BOTH))
     assert mix.counts == {("k80", "on_demand"): 1}
+
+
+@pytest.mark.parametrize("servers", [0, 1001, 999999999])  # 999999999: gigabytes, a hang
+def test_max_servers_bounds(servers):
+    with pytest.raises(UserError, match="--max-servers"):
+        Scaler(Goal(deadline_s=1000), max_servers=servers)
+
+
+@pytest.mark.parametrize(
+    "pieces, done, total",
+    [(((0, 1),), 0, 10), (((0, 4), (3, 8), (7, 2)), 2, 12), (((0, 4), (3, 8)), 5, 6)],
+)
+def test_remaining_batches_count_per_piece(pieces, done, total):
+    per_step = Counter(batch_at(pieces, s) for s in range(done, total))
+    assert remaining_batches(pieces, done, total) == sorted(per_step.items())
+
+
+def test_a_run_of_a_trillion_steps_decides_at_once():
+    """The remaining steps were counted one by one at every decision: shoal run --steps 10^9
+    --autoscale hung before any worker started."""
+    inp = make_input(K80_BOTH, steps=10**12, batch=((0, 1), (10**11, 2)))
+    mix = Scaler(Goal(budget_usd=10**9), max_servers=4).decide(inp)
+    assert sum(mix.counts.values()) >= 1 and math.isfinite(mix.finish_s)
 
 
 def test_goal_needs_exactly_one_positive_target():

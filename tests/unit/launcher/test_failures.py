@@ -100,9 +100,38 @@ def test_hundreds_of_local_workers_are_refused_before_any_starts():
     from shoal.launcher.spec import check_process_count, local_worker_limit
 
     limit = local_worker_limit()
-    check_process_count(SimpleNamespace(kinds=["v100"] * limit))  # at the limit: fine
+    config = RunConfig("job.py", 10, "out")
+    check_process_count(SimpleNamespace(kinds=["v100"] * limit, config=config))  # at the limit
     with pytest.raises(UserError, match=f"1000 local worker processes at once, more than {limit}"):
-        check_process_count(SimpleNamespace(kinds=["v100"] * 1000))
+        check_process_count(SimpleNamespace(kinds=["v100"] * 1000, config=config))
+
+
+def test_adds_past_the_process_limit_wait_for_a_process_to_end(tmp_path, monkeypatch):
+    """1,000 `add` events at one step started 1,000 torch processes at once."""
+    import types
+
+    from shoal.launcher import supervisor
+    from shoal.launcher.spec import RunSpec, Speeds
+
+    events = parse_events("; ".join(["step 0: add k80"] * 5))
+    spec = RunSpec(config=RunConfig("job.py", 10, str(tmp_path)), kinds=[], events=events)
+    ctl = supervisor.Controller(spec, Speeds({"k80": 1.0}, {"k80": 0.1}), show_progress=False)
+    alive = types.SimpleNamespace(poll=lambda: None)
+    spawned = []
+
+    def spawn(kind):
+        w = supervisor.Worker(f"w{len(ctl.workers)}", kind, alive, tmp_path)
+        ctl.workers[w.id] = w
+        spawned.append(w)
+        return w
+
+    monkeypatch.setattr(ctl, "spawn", spawn)
+    monkeypatch.setattr(supervisor, "local_worker_limit", lambda: 3)
+    ctl.fire_events()
+    assert len(spawned) == 3 and len(ctl.pending) == 2  # the rest wait
+    spawned[0].proc = types.SimpleNamespace(poll=lambda: 0)  # one ends
+    ctl.fire_events()
+    assert len(spawned) == 4 and len(ctl.pending) == 1
 
 
 def test_a_stall_is_a_membership_line_and_a_console_line():

@@ -1,3 +1,4 @@
+import heapq
 import itertools
 import math
 
@@ -63,3 +64,51 @@ def test_worker_that_can_take_nothing():
         plan_micro_batches(3, [1.0, 1.0], caps=[1, 1])
     with pytest.raises(ValueError):
         plan_micro_batches(3, [0.0, 1.0])
+
+
+def one_at_a_time(m, times, caps):
+    """The greedy as it was, one heap step per micro-batch (the reference of the fast path)."""
+    limit = [math.inf if c is None else c for c in caps]
+    counts = [0] * len(times)
+    heap = [(t, r) for r, t in enumerate(times) if math.isfinite(t) and limit[r] > 0]
+    heapq.heapify(heap)
+    for _ in range(m):
+        _, r = heapq.heappop(heap)
+        counts[r] += 1
+        if counts[r] < limit[r]:
+            heapq.heappush(heap, ((counts[r] + 1) * times[r], r))
+    return tuple(counts)
+
+
+big_times_st = st.lists(
+    st.one_of(
+        st.floats(0.01, 10.0), st.just(math.inf), st.sampled_from([0.1, 0.2, 0.3, 1.0, 1 / 3])
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(m=st.integers(0, 20000), times=big_times_st, data=st.data())
+def test_many_micro_batches_plan_as_the_one_at_a_time_greedy(m, times, data):
+    """A batch of 10^18 samples (--batch-bounds, a scenario's batch) hung: one heap step per
+    micro-batch. Past BULK_PER_WORKER per worker the greedy starts from a threshold: the
+    same plan, ties included."""
+    caps = data.draw(
+        st.lists(
+            st.one_of(st.none(), st.integers(0, 6000)), min_size=len(times), max_size=len(times)
+        )
+    )
+    if sum(c if c is not None else math.inf for c, t in zip(caps, times) if t < math.inf) < m:
+        return
+    assert plan_micro_batches(m, times, caps).counts == one_at_a_time(m, times, caps)
+
+
+def test_a_huge_batch_takes_a_few_heap_steps(monkeypatch):
+    pops = []
+    real = heapq.heappop
+    monkeypatch.setattr(heapq, "heappop", lambda heap: pops.append(1) or real(heap))
+    plan = plan_micro_batches(10**5, [1.0, 2.0, 3.0, 1.5])
+    assert plan.counts == (40000, 20000, 13333, 26667) and len(pops) <= 16
+    assert sum(plan_micro_batches(10**18, [1.0, 2.0, 3.0, 1.5]).counts) == 10**18

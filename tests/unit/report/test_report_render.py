@@ -102,3 +102,20 @@ def test_throughput_line_breaks_at_changes():
     assert xs[:2] == [1.0, 2.0] and xs[3:] == [5.0, 6.0]
     assert xs[2] != xs[2] and ys[2] != ys[2]  # NaN separates the segments
     assert _break_at([(1.0, 1.0), (2.0, 2.0)], cuts=[]) == ([1.0, 2.0], [1.0, 2.0])
+
+
+def test_a_run_of_hundreds_of_workers_draws_sixteen(write_metrics):
+    """4,096 workers (the most `shoal run --workers` starts) took 75 s and 1.2 GB: a band and a
+    legend entry each, and a timeline 2,250 inches tall; 20,000 never finished."""
+    workers = [
+        {"id": f"w{i}", "rank": i, "device": "k80", "micro_batches": 1, "micro_batch_time_s": 0.1}
+        for i in range(300)
+    ]
+    step = {"kind": "step", "loss": 1.0, "global_batch_size": 300, "micro_batch_size": 1}
+    step |= {"step_time_s": 0.1, "samples_per_s": 2e4, "redone": 0, "generation": 0}
+    lines = [{**step, "step": n, "wall_time_s": 1.0 + n, "workers": workers} for n in range(3)]
+    directory = write_metrics(lines)
+    write_report(directory)
+    width, height = _png_size(directory / "report" / "timeline.png")
+    assert height < 16 * 0.6 * 100 + 400  # 16 rows, not 300
+    assert _png_size(directory / "report" / "share.png")[1] < 600

@@ -63,6 +63,16 @@ def test_exact_optimiser_matches_brute_force():
     assert objective(costs, optimise_counts(costs, 6)) == pytest.approx(objective(costs, best))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_optimiser_on_a_huge_cluster_is_each_jobs_own_best(seed):
+    """The table had a row per GPU: `simulate --policy pollux --cluster 25000x4xt4` hung (and
+    10^12 GPUs asked for terabytes). GPUs beyond all the jobs' largest counts change nothing."""
+    costs = snapshot(20, 64, seed)
+    enough = sum(len(c) - 1 for c in costs)
+    counts = optimise_counts(costs, 10**12)
+    assert counts == optimise_counts(costs, enough) == [int(np.argmin(c)) for c in costs]
+
+
 def test_genetic_search_is_seeded():
     costs = snapshot(20, 64, 5)
     assert genetic_counts(costs, 64, seed=3) == genetic_counts(costs, 64, seed=3)

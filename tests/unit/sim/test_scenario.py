@@ -13,6 +13,7 @@ import pytest
 
 from shoal.cli import main
 from shoal.errors import UserError
+from shoal.sim import scenario as scenario_mod
 from shoal.sim.scenario import Scenario, simulate, step_time_model
 
 
@@ -200,11 +201,30 @@ def test_json_round_trip_and_bad_scenarios(tmp_path):
         # a string was taken as true
         ({"autoscale": "no"}, "autoscale must be true or false"),
         ({"restart_from_checkpoint": "no"}, "restart_from_checkpoint must be true or false"),
+        # acquired one by one with initial_ready: gigabytes, a hang
+        ({"initial": {"k80:spot": 999999999}}, "initial holds 999,999,999 servers, at most 1,000"),
     ]:
         with pytest.raises(UserError, match=needle):
             Scenario.from_json({**good, **change})
     with pytest.raises(UserError, match="missing field 'host_s'"):
         Scenario.from_json({k: v for k, v in good.items() if k != "host_s"})
+
+
+def test_cli_scenario_with_too_many_servers(tmp_path, capsys):
+    """max_servers 999,999,999: the scaler's count of mixes asked for gigabytes and hung."""
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps({**autoscaled().to_json(), "max_servers": 999999999}))
+    assert main(["simulate", "--scenario", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--max-servers 999999999: at most 1,000" in err and err.count("\n") == 1
+
+
+def test_the_loop_guard_says_what_it_stopped(monkeypatch):
+    """A re-decision every 1e-300 s ran 2,000,000 events (13 s) at t = 0, then said the run
+    does not finish within 30 days."""
+    monkeypatch.setattr(scenario_mod, "MAX_EVENTS", 1000)
+    with pytest.raises(UserError, match="1,000 events in .* s of emulated time, at step 0 of"):
+        simulate(scenario(scale_every_s=1e-300))
 
 
 def test_cli_scenario(tmp_path, capsys):

@@ -44,7 +44,7 @@ def test_the_scaler_keeps_a_held_mix_for_a_near_tie():
     def inp(held, overhead_s):
         offers = [Offer("k80", "spot", 0.256, 60.0, 30.0, 4)]
         return ScalerInput(
-            now_s=0.0, steps_done=0, steps_total=3600, batch_at=lambda s: 1,
+            now_s=0.0, steps_done=0, steps_total=3600, batch=((0, 1),),
             step_time=lambda gpus, b: 4.0 / sum(gpus.values()) + overhead_s,
             offers=offers, held=held, spent_usd=0.0, change_cost_s=5.0,
             revocations_per_s=lambda k: 0.0,

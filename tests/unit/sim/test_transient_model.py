@@ -172,12 +172,54 @@ def test_cluster_spec():
         ("0xps,2xk80", "needs exactly one worker"),
         ("ps@us-east1", "at least one GPU worker"),
         ("99999999xk80", r"bad server count .* \(1 to 10,000\)"),  # hung building the list
-        ("6000xk80,6000xv100", "12,000 servers, more than 10,000"),
+        ("6000xk80,6000xv100", "'6000xv100': 12,000 servers so far, more than 10,000"),
     ],
 )
 def test_cluster_spec_errors(spec, message):
     with pytest.raises(UserError, match=message):
         parse_cluster(spec)
+
+
+def test_cluster_file_of_many_big_items_stops_at_the_bound(tmp_path):
+    """3,000 lines of 10000xk80 built a list of 30 million servers (500 MB, seconds) before the
+    total was checked; 100,000 lines exhausted memory. It stops at the line past the bound."""
+    path = tmp_path / "cluster.txt"
+    path.write_text("10000xk80\n" * 3000)
+    with pytest.raises(UserError, match=f"{path}:2: 20,000 servers so far, more than 10,000"):
+        parse_cluster(f"@{path}")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--runs", "999999999"], "--runs 999999999: at most 1,000,000"),  # hung
+        (["--runs", "400000"], "--runs 400000 x 3 servers: at most 1,000,000 runs x servers"),
+        # absurd hours; past ~1e308 a traceback (int too large to convert to float)
+        (["--steps", "99999999999999"], "--steps 99999999999999: at most 1,000,000,000,000"),
+        (["--steps", "1" + "0" * 400], "--steps 1000"),
+        (["--runs", "0"], "--runs and --steps must be >= 1"),
+    ],
+)
+def test_cli_sizes_are_bounded_one_line_exit_2(capsys, argv, message):
+    assert main(["transient", "--cluster", "2xk80:spot", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_replay_work_grows_with_the_kinds_not_the_servers(full_model, monkeypatch):
+    """A run of 10,000 servers with ~2,700 revocations took 7 s: every revocation recomputed the
+    step rate worker by worker (and sorted the alive servers). It now costs a term per kind."""
+    cluster = parse_cluster("k80,1999xk80:spot,v100:spot")
+    cfg = ClusterConfig(cluster, full_model, total_steps=10**12)
+    calls = []
+    compute = type(full_model).compute
+    monkeypatch.setattr(type(full_model), "compute", lambda m, k: calls.append(k) or compute(m, k))
+    s = replicate_cluster(cfg, 1, seed=0)
+    assert s.completed == 1 and s.revoked > 300
+    assert len(calls) <= 3 * (s.revoked + 1)  # two kinds per rate, was ~2,000 per revocation
+    counts = {"k80": 7, "v100": 3}
+    by_kind = full_model.steps_per_s_by_kind(counts, 2)
+    assert by_kind == pytest.approx(full_model.steps_per_s(["k80"] * 7 + ["v100"] * 3, 2))
 
 
 def test_missing_cluster_file(tmp_path):

@@ -60,6 +60,31 @@ def test_philly_row_with_infinite_gpus(tmp_path, gpus):
         load_workload(str(path))
 
 
+ES_HEADER = "name,time,application,max_parallelism,batch_size,epochs,"
+ES_HEADER += "enable_heterogeneous_deterministic,preferred_gpu,\n"
+PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (ES_HEADER + "a,10,bert,4,8,1e300,1,v100,0\n", "2: epochs 1e+300: the job alone would"),
+        (ES_HEADER + "a,10,resnet50,1,1,20000,1,v100,0\n", "2: epochs 20000: the job alone would"),
+        (PHILLY_HEADER + "2017-10-03,1e300,1,60,x\n", "2: duration 1e+300: the job alone would"),
+        (PHILLY_HEADER + "2017-10-03,31600000,1,60,x\n", "2: duration 3.16e+07: the job alone"),
+    ],
+)
+def test_a_job_longer_than_the_horizon(tmp_path, text, message):
+    """A job that alone runs past the simulator's one-year horizon can never finish, and the
+    simulation ran a round a tick to the horizon (epochs 1e300: ~30 min with one job)."""
+    path = tmp_path / "w.csv"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_workload(str(path))
+    assert str(info.value).startswith(f"{path}:{message}")
+    assert str(info.value).endswith("more than the simulator's horizon of 365 days")
+
+
 @pytest.mark.parametrize("header", [b"", HEADER.encode()])
 def test_binary_workload_file(tmp_path, header):
     """Was "'utf-8' codec can't decode byte", naming no file."""
@@ -83,6 +108,11 @@ def test_binary_workload_file(tmp_path, header):
         (["--cluster", "99999999x4xt4"], "399,999,996 GPUs, more than 100,000"),  # hung
         (["--restart-s", "nan"], "restart_s must be finite and >= 0, got nan"),  # was taken
         (["--rescale-s", "inf"], "rescale_s must be finite and >= 0, got inf"),  # never ended
+        (["--tick", "1e12"], "--tick 1e+12: at most 86,400 s"),  # rounds at t=0: negative JCTs
+        (["--restart-s", "1e300"], "--restart-s 1e+300: at most 3,600 s"),  # hung
+        (["--rescale-s", "86400"], "--rescale-s 86400: at most 3,600 s"),  # hung
+        (["--workload", "philly:999999999"], "philly:999999999: the trace has 82,247 jobs"),
+        (["--compare", ",".join(["yarn-cs"] * 10000)], "--compare names 'yarn-cs' more than once"),
     ],
 )
 def test_cli_user_errors_are_one_line_exit_2(capsys, argv, message):

@@ -98,6 +98,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["--threads", "-1"], "threads must be >= 0 (0: auto), got -1"),  # each trial failed
         # was "'<' not supported between instances of 'str' and 'int'", naming no flag
         (["--config", "n_layer=abc"], "--config n_layer=abc: '<' not supported"),
+        # every trial forked a billion torch processes (each under the cap, not their sum)
+        (["--world-size", "1000000000"], "--world-size 1000000000: at most"),
     ],
 )
 def test_cli_bad_values_name_the_flag(extra, needle, capsys):

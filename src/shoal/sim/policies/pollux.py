@@ -90,8 +90,11 @@ def optimise_counts(costs: list[np.ndarray], capacity: int) -> list[int]:
     """GPU counts minimising sum_j costs[j][n_j] subject to sum_j n_j <= capacity (exact).
 
     A dynamic program over jobs: best[g] is the least cost of the jobs so far on at most g GPUs.
-    Ties go to the smallest count, so the answer is deterministic.
+    Ties go to the smallest count, so the answer is deterministic. GPUs beyond every job's
+    largest count change nothing (each job takes its own best), so the table stops there: on
+    100,000 GPUs it was 100,000 rows per job per round, and a simulation hung.
     """
+    capacity = min(capacity, sum(len(cost) - 1 for cost in costs))
     best = np.zeros(capacity + 1)
     room = np.arange(capacity + 1)
     picks = []
