@@ -45,24 +45,20 @@ class SimConfig:
     max_time_s: float = MAX_TIME_S
 
     def __post_init__(self) -> None:
-        # finite: NaN was taken (and a restart that costs NaN seconds ran), inf gave a
-        # simulation that never ticked (no job finished) or never ended; a tick of at least a
-        # second: 1e-6 s made a round per microsecond of a months-long trace (a hang)
-        for name in ("tick_s", "restart_s", "rescale_s", "checkpoint_interval_s"):
-            value, low = getattr(self, name), 1.0 if name == "tick_s" else 0.0
-            if not (math.isfinite(value) and value >= low):
-                raise UserError(f"{name} must be finite and >= {low:g}, got {value}")
-        # Upper bounds, generous for real use (Pollux: a 60 s tick, 30 s restarts). A tick of
-        # 1e12 s put the rounds it asked for at time 0, before the events asking (negative
-        # JCTs); a rescale of a day stalled jobs that were rescaled again before it ended, and
-        # the simulation ran a round a tick to its one-year horizon (~30 min); restarts alike.
-        for name, flag, high in (
-            ("tick_s", "--tick", MAX_TICK_S),
-            ("restart_s", "--restart-s", MAX_STALL_S),
-            ("rescale_s", "--rescale-s", MAX_STALL_S),
+        # Finite, and within bounds generous for real use (Pollux: a 60 s tick, 30 s restarts).
+        # NaN was taken (a restart that cost NaN seconds ran); inf never ticked or never ended;
+        # a 1e-6 s tick made a round per microsecond of a months-long trace (a hang), a 1e12 s
+        # one put its rounds at time 0, before the events asking (negative JCTs); a rescale of
+        # a day stalled jobs rescaled again before it ended, a round a tick for a year (~30 min).
+        for name, flag, low, high in (
+            ("tick_s", "--tick", 1.0, MAX_TICK_S),
+            ("restart_s", "--restart-s", 0.0, MAX_STALL_S),
+            ("rescale_s", "--rescale-s", 0.0, MAX_STALL_S),
+            ("checkpoint_interval_s", "checkpoint_interval_s", 0.0, MAX_TIME_S),
         ):
-            if getattr(self, name) > high:
-                raise UserError(f"{flag} {getattr(self, name):g}: at most {high:,.0f} s")
+            value = getattr(self, name)
+            if not (math.isfinite(value) and low <= value <= high):
+                raise UserError(f"{flag} must be from {low:g} to {high:,.0f} s, got {value:g}")
         if self.refresh_points < 1:
             raise ValueError("refresh_points must be >= 1")
 

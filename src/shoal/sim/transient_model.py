@@ -85,15 +85,24 @@ class PSModel:
 
     def step_times_s(self, kinds: Sequence[str], num_ps: int) -> list[float]:
         """Seconds per step of each worker of a cluster of `kinds` sharing `num_ps` servers."""
-        if not kinds:
-            return []
+        by_kind = self.step_times_by_kind(Counter(kinds), num_ps)
+        return [by_kind[k] for k in kinds]
+
+    def step_times_by_kind(self, counts: Mapping[str, int], num_ps: int) -> dict[str, float]:
+        """Seconds per step of a worker of each kind, `counts[kind]` workers of each sharing
+        `num_ps` servers: time linear in the kinds, not the workers (a replay recomputes it at
+        each of up to thousands of revocations)."""
+        counts = {k: n for k, n in counts.items() if n > 0}
         if num_ps == 0:
-            if len(kinds) > 1:
+            if sum(counts.values()) > 1:
                 raise UserError("more than one worker needs a parameter server")
-            return [self.compute(kinds[0]) + self.local_update_s]
-        base = [self.compute(k) + self.latency_s / num_ps for k in kinds]
-        wait = self.queue_wait_s(base, num_ps)
-        return [t + wait for t in base]
+            return {k: self.compute(k) + self.local_update_s for k in counts}
+        base = {k: self.compute(k) + self.latency_s / num_ps for k in counts}
+        cycles: Counter[float] = Counter()
+        for k, n in counts.items():
+            cycles[base[k]] += n
+        wait = self._wait(cycles, num_ps) if counts else 0.0
+        return {k: t + wait for k, t in base.items()}
 
     def queue_wait_s(self, base: Sequence[float], num_ps: int) -> float:
         """The wait w at the servers of workers with unloaded cycles `base` (module docstring)."""
@@ -122,20 +131,11 @@ class PSModel:
         return _root(gap, lo, hi)
 
     def steps_per_s(self, kinds: Sequence[str], num_ps: int) -> float:
-        return sum(1.0 / t for t in self.step_times_s(kinds, num_ps))
+        return self.steps_per_s_by_kind(Counter(kinds), num_ps)
 
     def steps_per_s_by_kind(self, counts: Mapping[str, int], num_ps: int) -> float:
-        """`steps_per_s` of `counts[kind]` workers of each kind, in time linear in the kinds,
-        not the workers (a replay recomputes it at each of up to thousands of revocations)."""
-        counts = {k: n for k, n in counts.items() if n > 0}
-        if num_ps == 0 or not counts:
-            return self.steps_per_s([k for k, n in counts.items() for _ in range(n)], num_ps)
-        base = {k: self.compute(k) + self.latency_s / num_ps for k in counts}
-        cycles: Counter[float] = Counter()
-        for k, n in counts.items():
-            cycles[base[k]] += n
-        wait = self._wait(cycles, num_ps)
-        return sum(n / (base[k] + wait) for k, n in counts.items())
+        times = self.step_times_by_kind(counts, num_ps)
+        return sum(counts[k] / t for k, t in times.items())
 
     def steady_s(self, m: Measurement) -> float:
         """Seconds for measurement `m`'s cluster to run 64,000 steps at its steady rate."""
