@@ -37,6 +37,7 @@ from shoal.errors import UserError
 from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import load_devices
 
+MAX_DEADLINE_S = 365 * 86400.0
 EXACT_LIMIT = 20000  # mixes evaluated one by one at most; beyond, the local search
 # Every decision weighs up to max_servers of each kind and tier (counting the mixes alone is
 # keys x max_servers^2): 999,999,999 asked for gigabytes and hung; 1,000 takes ~0.2 s with 8
@@ -67,6 +68,9 @@ class Goal:
         value = self.deadline_s if self.deadline_s is not None else self.budget_usd
         if not (value > 0 and math.isfinite(value)):
             raise UserError("a deadline or a budget must be a positive number")
+        if self.deadline_s is not None and self.deadline_s > MAX_DEADLINE_S:
+            # a replay runs to 10 x the deadline: 1e12 s looped ~17 min to its event guard
+            raise UserError(f"a deadline of at most 365 days, got {self.deadline_s:g} s")
 
 
 @dataclass(frozen=True)

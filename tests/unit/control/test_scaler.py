@@ -196,3 +196,10 @@ def test_revocation_rate():
     # 100 + 86400 s of exposure, up to the sampling noise of the seeded draw
     rate = revocation_rate(TraceRevocations((100.0, float("inf"))), "k80")
     assert rate == pytest.approx(1 / 86500, rel=0.05)
+
+
+def test_a_deadline_beyond_a_year_is_refused():
+    """A scenario's replay runs to 10 x the deadline: 1e12 s looped ~17 min to its event guard."""
+    Goal(deadline_s=365 * 86400.0)
+    with pytest.raises(UserError, match="at most 365 days, got 1e\\+12 s"):
+        Goal(deadline_s=1e12)
