@@ -43,6 +43,7 @@ from shoal.control.scaler import (
     Goal,
     Scaler,
     ScalerInput,
+    batch_at,
     check_goal,
     profile_step_time,
     revocation_rate,
@@ -85,15 +86,6 @@ class Scenario:
 
     def __post_init__(self) -> None:
         _validate(self)
-
-    def batch_at(self, step: int) -> int:
-        """The global batch at `step`: the last piece starting at or before it."""
-        value = self.batch[0][1]
-        for start, batch in self.batch:
-            if start > step:
-                break
-            value = batch
-        return value
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -429,7 +421,7 @@ class _Run:
         if notice_s is None:
             return True
         step = math.floor(self.progress)
-        step_s = self.step_time(self.members(), self.sc.batch_at(step))
+        step_s = self.step_time(self.members(), batch_at(self.sc.batch, step))
         return (math.ceil(self.progress) - self.progress) * step_s > notice_s
 
     def restart(self, revoked: _Server) -> None:
@@ -470,7 +462,7 @@ class _Run:
         step = math.floor(self.progress)
         later = [a for a, _ in self.sc.batch if a > step and a < self.sc.steps]
         boundary = min(later, default=self.sc.steps)
-        step_s = self.step_time(members, self.sc.batch_at(step)) if members else math.inf
+        step_s = self.step_time(members, batch_at(self.sc.batch, step)) if members else math.inf
         start = max(self.t, self.busy_until)
         return start + (boundary - self.progress) * step_s, boundary, step_s
 
