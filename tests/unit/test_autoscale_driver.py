@@ -39,6 +39,8 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         # an infinite cadence trained every step, then failed on the scenario it could not write
         ([*PROVIDER, "--scale-every", "inf"], "--scale-every must be > 0 seconds, got inf"),
         ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
+        ([*PROVIDER, "--startup", "1e300"], "--startup must be from 0 to 86,400 s, got 1e+300"),
+        ([*PROVIDER, "--startup", "nan"], "--startup must be from 0 to 86,400 s, got nan"),
         # billed $3.6e299 for 3 steps of digits
         ([*PROVIDER, "--time-scale", "1e300"], "--time-scale 1e+300: at most 1,000,000"),
         # the scaler's count of mixes took gigabytes (a hang); each server a torch process

@@ -19,6 +19,7 @@ TIER_NAMES = ("on_demand", "spot")
 # Emulated seconds per wall second: runs use 80 to 1,440. At 10^6 (11.6 days a wall second)
 # every spot lifetime (24 h at most) is over within a poll; 1e300 billed $3.6e299 for 3 steps.
 MAX_TIME_SCALE = 1e6
+MAX_STARTUP_S = 86_400.0  # a server's boot: ICAC'19 measured 230-350 s; a day is generous
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -139,7 +140,9 @@ class ProviderConfig:
     startup_s: float = field(
         default=60.0,
         metadata=option(
-            "--startup", "emulated seconds from a request to a ready server", metavar="SECONDS"
+            "--startup",
+            "emulated seconds from a request to a ready server (at most 86,400)",
+            metavar="SECONDS",
         ),
     )
     notice: str = field(
@@ -205,7 +208,10 @@ class ProviderConfig:
         if self.recovery == "restart" and self.autoscale:
             raise UserError("--recovery restart holds the --workers mix: drop --autoscale")
         at_least(self.max_servers, 1, "--max-servers")
-        at_least(self.startup_s, 0, "--startup")
+        if not 0 <= self.startup_s <= MAX_STARTUP_S:  # 1e300 was taken: a 300-digit finish
+            raise UserError(
+                f"--startup must be from 0 to {MAX_STARTUP_S:,.0f} s, got {self.startup_s:g}"
+            )
         if not 0 < self.scale_every_s < math.inf:
             raise UserError(f"--scale-every must be > 0 seconds, got {self.scale_every_s}")
         self.notice_s, self.quota_map, self.outage_list  # noqa: B018 (each checks its flag)
