@@ -101,24 +101,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _check_world_size(world_size: int) -> None:
-    """Every trial forks --world-size torch processes at once, each under the memory cap but
-    not their sum: 1,000 would take the machine down. The bound of `shoal run --workers`."""
-    import os
-
-    from shoal.launcher.spec import local_worker_limit
-
-    limit = local_worker_limit()
-    if world_size > limit:
-        cores = len(os.sched_getaffinity(0))
-        raise UserError(
-            f"--world-size {world_size}: at most {limit} local processes on {cores} CPU cores"
-        )
-
-
 def _tune(args: argparse.Namespace) -> int:
     import optuna
 
+    from shoal.launcher.spec import check_local_processes
     from shoal.models import get_model_entry
     from shoal.tune import SearchSpace, TrialSpec, run_trial, tune
 
@@ -149,7 +135,7 @@ def _tune(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
-    _check_world_size(args.world_size)
+    check_local_processes("--world-size", args.world_size)  # each trial forks them at once
     if args.out is not None:  # checked before the trials, not after them
         if args.out.is_dir():
             raise UserError(f"--out {args.out}: is a directory (give a JSON file's path)")

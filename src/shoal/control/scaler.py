@@ -115,7 +115,7 @@ def remaining_batches(
     not per step (a run of 10^9 steps counted them one by one at every decision, a hang)."""
     todo: Counter[int] = Counter()
     for i, (start, batch) in enumerate(pieces):
-        lo = max(done, start if i else done)
+        lo = max(done, start) if i else done  # before the first piece: its batch
         hi = min(total, pieces[i + 1][0] if i + 1 < len(pieces) else total)
         if hi > lo:
             todo[batch] += hi - lo

@@ -64,21 +64,26 @@ def local_worker_limit() -> int:
     return max(16, 8 * len(os.sched_getaffinity(0)))
 
 
+def check_local_processes(flag: str, count: int) -> None:
+    """A flag that asks for `count` processes on this machine: at most `local_worker_limit`."""
+    limit = local_worker_limit()
+    if count > limit:
+        cores = len(os.sched_getaffinity(0))
+        raise UserError(f"{flag} {count}: at most {limit} local processes on {cores} CPU cores")
+
+
 def check_process_count(spec: RunSpec) -> None:
     """The initial workers start at once; an autoscaled run may hold --max-servers of them
     (--events' adds wait for a process to end past the limit: the controller)."""
-    limit, cores = local_worker_limit(), len(os.sched_getaffinity(0))
+    limit = local_worker_limit()
     if len(spec.kinds) > limit:
         raise UserError(
             f"--workers starts {len(spec.kinds)} local worker processes at once, more than "
-            f"{limit} on {cores} CPU cores (use torchrun across machines)"
+            f"{limit} on {len(os.sched_getaffinity(0))} CPU cores (use torchrun across machines)"
         )
     provider = spec.config.provider
-    if provider.name and provider.autoscale and provider.max_servers > limit:
-        raise UserError(
-            f"--max-servers {provider.max_servers}: at most {limit} local worker processes on "
-            f"{cores} CPU cores"
-        )
+    if provider.name and provider.autoscale:
+        check_local_processes("--max-servers", provider.max_servers)
 
 
 def check_run(spec: RunSpec) -> Speeds:

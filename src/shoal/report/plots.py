@@ -246,13 +246,13 @@ def plot_share(run: Run, path: Path) -> None:
         present = [w for w in workers if any(shares[w])]
         labels = [f"{w} ({devices[w]})" if w in devices else w for w in present]
         if len(present) > MAX_WORKERS_DRAWN:  # the largest shares, the rest in one band
-            top = sorted(present, key=lambda w: -sum(shares[w]))[: MAX_WORKERS_DRAWN - 1]
-            rest = [w for w in present if w not in set(top)]
+            top = set(sorted(present, key=lambda w: -sum(shares[w]))[: MAX_WORKERS_DRAWN - 1])
+            rest = [w for w in present if w not in top]
             shares["others"] = [sum(col) for col in zip(*(shares[w] for w in rest), strict=True)]
             colors["others"] = "#999999"
-            labels = [labels[present.index(w)] for w in present if w in set(top)]
-            present = [w for w in present if w in set(top)] + ["others"]
+            labels = [x for w, x in zip(present, labels, strict=True) if w in top]
             labels.append(f"{len(rest)} others")
+            present = [w for w in present if w in top] + ["others"]
         # A step's plan holds for the whole step: draw step n as the band [n, n + 1), so a
         # change at step n (dashed line at n) lines up with the first step of the new plan.
         xs = [s.step for s in steps] + [steps[-1].step + 1]
