@@ -9,7 +9,6 @@ import time
 from shoal.cli.flags import add_flags, from_args
 from shoal.config import EmulationConfig, LaunchConfig, RunConfig
 from shoal.config.provider import split_tiers
-from shoal.perf.devices import load_devices
 
 # `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
 # (its directory stands in for --out), so --out is no longer required.
@@ -38,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The workers' configuration from `shoal run`'s flags (--resume DIR included)."""
     from shoal.errors import UserError
+    from shoal.perf.devices import load_devices  # numpy: not at every command's start
 
     if args.resume and args.out and args.out != args.resume:
         raise UserError("--resume DIR continues the run in DIR: drop --out or make it DIR")
@@ -72,6 +72,7 @@ def worker_kinds(workers: str, config: RunConfig) -> str:
 def _run(args: argparse.Namespace) -> int:
     from shoal.launcher.events import parse_events
     from shoal.launcher.spec import RunSpec, run_local
+    from shoal.perf.devices import load_devices
 
     started = time.monotonic()
     config = config_from_args(args)
