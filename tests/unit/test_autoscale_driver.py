@@ -142,19 +142,19 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     import types
 
     d.ctl, d.started = types.SimpleNamespace(t0=100.0), 100.0  # the clock started at wall 100
-    assert d.startup_s() == d.cfg.startup_s == 60.0
+    assert d.measured.startup_s() == d.cfg.startup_s == 60.0
     lease = d.provider.request("k80", "spot", 50.0)  # requested at emulated 50 s
     d._bind(lease.server, "w5")
     d.leases[lease.server] = lease
     # admitted at wall 80 s after t0: emulated (100 + 80 - 100) x 10 = 800 s, 750 s after it
     d.observe(MembershipEvent("join", "w5", wall_time_s=80.0))
-    assert d.startup_s() == pytest.approx(750.0)
+    assert d.measured.startup_s() == pytest.approx(750.0)
     assert d.scenario().join_delay_s == pytest.approx(750.0)
     assert [tuple(map(round, j)) for j in d.scenario().join_delays] == [(800, 750)]
     assert d.scenario().provider["startup_s"] == 60.0  # lifetimes run from the lease's ready_s
     assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
-    assert d.startup_s() == pytest.approx(750.0)
+    assert d.measured.startup_s() == pytest.approx(750.0)
 
 
 def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):

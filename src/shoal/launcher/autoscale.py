@@ -24,24 +24,18 @@ step would otherwise be bought servers until the lease bound, as torchrun's --ma
 bounds its restarts).
 
 Time: emulated seconds = wall seconds x `time_scale`, counted from the moment the first group
-forms (the initial servers are billed from 0 and are ready then). The measured host seconds
-per micro-batch (from the step lines' shares, each divided by its kind's slowdown), the step
-overhead beyond the slowest share, and the change cost (recover events) are kept in emulated
-seconds too; they feed the scaler through the shared step-time model
-(`control.scaler.profile_step_time`, which `sim.scenario.step_time_model` replays) and go to
-`OUT/scenario.json` at the end, so that
-`shoal simulate --scenario` replays the run. Before any worker starts, the launcher times a
-few micro-batches of the job itself (`hostspeed.estimate_host_s`) for the goal's
-feasibility check.
+forms (the initial servers are billed from 0 and are ready then). What the run measures of
+itself (host speed, step overhead, change cost, join delay; `measured.py`) feeds the scaler
+and goes to `OUT/scenario.json` at the end, so that `shoal simulate --scenario` replays the
+run. Before any worker starts, the launcher times a few micro-batches of the job itself
+(`hostspeed.estimate_host_s`) for the goal's feasibility check.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
-import statistics
 import time
-from collections import deque
 from dataclasses import replace
 
 from shoal.cluster.ledger import Carried, CostLedger, carry_over
@@ -54,11 +48,11 @@ from shoal.control.scaler import (
     Scaler,
     ScalerInput,
     check_goal,
-    profile_step_time,
     revocation_rate,
 )
 from shoal.errors import UserError
 from shoal.launcher.events import Event
+from shoal.launcher.measured import Measurements
 from shoal.launcher.rundir import checkpoint_dir
 from shoal.metrics import (
     METRICS_FILE,
@@ -74,8 +68,6 @@ from shoal.runtime.outputs import append_line, write_json_atomic
 from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns
 
 SCENARIO_FILE = "scenario.json"
-WINDOW = 20  # measurements kept (medians: one slow step on a shared host moves nothing)
-MEASURED = 3  # step lines before the first decision: with none, the overhead would be 0
 STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
 FAILURES_PER_WORKER = 2  # own failures per initial worker, without a step trained, tolerated
 
@@ -109,13 +101,10 @@ class Driver:
         )
         self.redecide, self.next_decision_s = True, 0.0
         self.mix: Mix | None = None
-        self.micro_batch_size = job.micro_batch_size
-        self.batch = [(0, job.global_batch_size)]  # (from step, global batch) pieces
-        self.host = deque([host_s * self.scale] if host_s else [], WINDOW)
-        self.overhead: deque[float] = deque(maxlen=WINDOW)
-        self.changes: deque[float] = deque(maxlen=WINDOW)
-        self.last_step_wall_s: float | None = None  # the last step line's step time (wall s)
-        self.joins: list[tuple[float, float]] = []  # (admitted at, request -> admission delay)
+        self.measured = Measurements(
+            self.scale, speeds.slowdown, job.micro_batch_size, job.global_batch_size, host_s,
+            self.cfg.startup_s,
+        )  # fmt: skip
         self._rates: dict[str, float] = {}
         self.started: float | None = None  # wall time the emulated clock started
         self.last_step_s: float | None = None  # emulated time the last step line was written
@@ -229,7 +218,7 @@ class Driver:
         self._departures(now)
         if self.gave_up:
             return
-        measured = len(self.overhead) >= MEASURED or not self.ctl.members
+        measured = self.measured.ready or not self.ctl.members
         if self.scaler and measured and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
         self._fill(now)
@@ -427,14 +416,15 @@ class Driver:
             "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
             "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
         }  # fmt: skip
+        m = self.measured
         return Scenario(
             steps=self.spec.config.steps,
-            micro_batch_size=self.micro_batch_size,
-            batch=tuple(self.batch),
-            host_s=_median(self.host),
+            micro_batch_size=m.micro_batch_size,
+            batch=tuple(m.batch),
+            host_s=m.host_s(),
             slowdowns={k: self.speeds.slowdown[k] for k in sorted(self.speeds.slowdown)},
-            step_overhead_s=_median(self.overhead),
-            change_cost_s=_median(self.changes),
+            step_overhead_s=m.overhead_s(),
+            change_cost_s=m.change_cost_s(),
             provider=provider,
             goal=goal if cfg.autoscale else {},
             max_servers=cfg.max_servers,
@@ -442,28 +432,26 @@ class Driver:
             autoscale=cfg.autoscale,
             initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
             initial_ready=True,  # the --workers servers are ready when the clock starts
-            join_delay_s=join_delay_at(self.joins),
-            join_delays=tuple(self.joins),
+            join_delay_s=join_delay_at(m.joins),
+            join_delays=tuple(m.joins),
         )
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
         """What the scaler weighs now: the scenario's numbers as measured so far (the same
         step-time model `shoal simulate --scenario` replays, without re-reading the provider's
         lifetimes on every decision)."""
-        slowdowns = kind_slowdowns(self.speeds.slowdown, self.provider.kinds)
-        step_time = profile_step_time(
-            self.micro_batch_size, _median(self.host), slowdowns, _median(self.overhead)
-        )
+        m = self.measured
+        startup_s = m.startup_s()
         return ScalerInput(
             now_s=now,
             steps_done=steps_done,
             steps_total=self.spec.config.steps,
-            batch=tuple(self.batch),
-            step_time=step_time,
-            offers=[replace(o, startup_s=self.startup_s()) for o in self.provider.offers(now)],
+            batch=tuple(m.batch),
+            step_time=m.step_time(kind_slowdowns(self.speeds.slowdown, self.provider.kinds)),
+            offers=[replace(o, startup_s=startup_s) for o in self.provider.offers(now)],
             held=self.held(),
             spent_usd=self.spent(now),
-            change_cost_s=_median(self.changes),
+            change_cost_s=m.change_cost_s(),
             revocations_per_s=self.revocation_rate,
         )
 
@@ -513,61 +501,33 @@ class Driver:
 
     # -- measurements ---------------------------------------------------------------------
     def observe(self, rec) -> None:
-        """Step lines: host seconds per micro-batch, overhead, the batch; recoveries: the
-        change cost. All in emulated seconds.
-
-        A recover line's `recovery_time_s` runs from the old group's end to the END of the new
-        group's first step (rank 0 writes it after that step's line), so it holds a whole step
-        of training that counts as progress. The change cost is what is left: the regroup and
-        the state's transfer (0.02-0.07 wall s in the spot bench's runs, beside steps of 0.85
-        and 1.7 s). Taken whole, as before, every change paused the simulated run and the
-        scaler's prediction for one more step than it costs."""
+        """Step lines and membership events, to the measurements (`measured.py`) and the
+        clock; the first step line after a restart writes its recover line."""
         if isinstance(rec, MembershipEvent):
             if rec.event == "join":
                 self._joined(rec)
-            if rec.event == "recover" and rec.recovery_time_s is not None:
-                pause = max(0.0, rec.recovery_time_s - (self.last_step_wall_s or 0.0))
-                self.changes.append(pause * self.scale)
+            if rec.event == "recover":
+                self.measured.recovered(rec)
             return
         if not isinstance(rec, StepLine):
             return
-        self.last_step_wall_s = rec.step_time_s
         if self.restart_from and (rec.wall_time_s or 0.0) >= self.restart_from[1]:
             self._restarted(rec)
         if rec.wall_time_s is not None and self.started is not None:
             since = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
             self.last_step_s = self.offset_s + since
-        shares = [s for s in rec.workers if s.micro_batch_time_s and s.device and s.micro_batches]
-        slow = self.speeds.slowdown
-        if shares:
-            self.host.append(
-                min(s.micro_batch_time_s / slow.get(s.device, 1.0) for s in shares) * self.scale
-            )
-            compute = max(s.micro_batches * s.micro_batch_time_s for s in shares)
-            if rec.step_time_s is not None:
-                self.overhead.append(max(0.0, rec.step_time_s - compute) * self.scale)
-        if rec.global_batch_size and rec.global_batch_size != self.batch[-1][1]:
-            self.batch.append((rec.step, rec.global_batch_size))
-            self.redecide = True
+        if self.measured.step(rec):
+            self.redecide = True  # the global batch changed
 
     def _joined(self, rec: MembershipEvent) -> None:
-        """A requested server's worker was admitted: its request -> admission delay. The
-        emulation's own process start-up (importing torch, 5-8 wall s on a loaded 2-core host)
-        and the wait for the group's next step boundary can make it longer than --startup;
-        the scaler then counts the delay the run actually has (`startup_s`) and the replay
-        admits its servers after it (`Scenario.join_delay_s`; a lease's lifetime still runs
-        from its ready_s, as the provider drew it)."""
+        """A requested server's worker was admitted: its request -> admission delay (not an
+        initial --workers server's: those are ready when the clock starts)."""
         lease = self.leases.get(self.server_of.get(rec.worker or "", ""))
         if lease is None or lease.requested_s <= self.offset_s or self.started is None:
-            return  # an initial --workers server: ready when the clock starts
+            return
         if rec.wall_time_s is not None:
             at_s = self.offset_s + (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
-            self.joins.append((at_s, max(0.0, at_s - lease.requested_s)))
-
-    def startup_s(self) -> float:
-        """The start-up the scaler counts and the replay uses: --startup, or the measured
-        request -> admission delay (`join_delay_at`) when that is longer."""
-        return max(self.cfg.startup_s, join_delay_at(self.joins))
+            self.measured.joined(at_s, lease.requested_s)
 
     # -- waiting and the end --------------------------------------------------------------
     def waiting(self) -> bool:
@@ -603,7 +563,7 @@ class Driver:
                 "revocations": self.revocations,
             }
             write_json_atomic(path, result)
-        if not self.host:  # stopped before it measured the host: no scenario to replay
+        if not self.measured.host:  # stopped before it measured the host: no scenario to replay
             return
         write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
         self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
@@ -614,8 +574,3 @@ def check_provider(spec, speeds, job, host_s: float | None) -> None:
     impossible deadline, a budget below one step): one line each."""
     if spec.config.provider.name:
         Driver(spec, speeds, host_s, job).check()
-
-
-def _median(values) -> float:
-    """A measurement's median so far (0 before the first: the scaler's prior is no cost)."""
-    return statistics.median(values) if values else 0.0
