@@ -82,7 +82,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import shoal.control.scaler as scaler_mod  # noqa: E402
-from shoal.sim.scenario import Scenario, simulate  # noqa: E402
+from shoal.sim.replay import simulate  # noqa: E402
+from shoal.sim.scenario import Scenario  # noqa: E402
 
 JOB = "examples/digits.py"
 OPTIONS = ["-o", "micro_batch_size=16", "-o", "global_batch_size=128"]

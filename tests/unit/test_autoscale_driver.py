@@ -159,7 +159,7 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
 
 def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
     """At a notice the scaler decides on the mix without the noticed server, as the simulator
-    does (`sim.scenario`, `on_leave`). The driver used to fill the last target first, buying a
+    does (`sim.replay`, `on_leave`). The driver used to fill the last target first, buying a
     replacement the scaler would have let go (the spot bench's live runs cost 6-12 % more than
     their replays for it). And a replacement may boot during the notice: the noticed server
     does not count against --max-servers."""

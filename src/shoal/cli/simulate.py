@@ -107,7 +107,8 @@ def _run(args: argparse.Namespace) -> int:
 def _run_scenario(args: argparse.Namespace) -> int:
     import json
 
-    from shoal.sim.scenario import load_scenario, simulate
+    from shoal.sim.replay import simulate
+    from shoal.sim.scenario import load_scenario
 
     result = simulate(load_scenario(args.scenario))
     if args.json:

@@ -1,6 +1,6 @@
 """The scaler: which servers to hold -- how many of which kind, spot or on-demand.
 
-One pure object decides for both drivers (the live run and `sim.scenario`). Its goal is either
+One pure object decides for both drivers (the live run and `sim.replay`). Its goal is either
 to minimise cost subject to a deadline or to minimise time subject to a budget. A candidate mix
 is a count per (kind, tier), at most `max_servers` in all and at most each offer's quota; it is
 judged by a prediction of the rest of the run:

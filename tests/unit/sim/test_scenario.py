@@ -13,8 +13,9 @@ import pytest
 
 from shoal.cli import main
 from shoal.errors import UserError
-from shoal.sim import scenario as scenario_mod
-from shoal.sim.scenario import Scenario, simulate, step_time_model
+from shoal.sim import replay as replay_mod
+from shoal.sim.replay import simulate
+from shoal.sim.scenario import Scenario, step_time_model
 
 
 def scenario(tmp_path=None, lifetime=None, provider=None, **extra):
@@ -222,7 +223,7 @@ def test_cli_scenario_with_too_many_servers(tmp_path, capsys):
 def test_the_loop_guard_says_what_it_stopped(monkeypatch):
     """A re-decision every 1e-300 s ran 2,000,000 events (13 s) at t = 0, then said the run
     does not finish within 30 days."""
-    monkeypatch.setattr(scenario_mod, "MAX_EVENTS", 1000)
+    monkeypatch.setattr(replay_mod, "MAX_EVENTS", 1000)
     with pytest.raises(UserError, match="1,000 events in .* s of emulated time, at step 0 of"):
         simulate(scenario(scale_every_s=1e-300))
 

@@ -7,7 +7,8 @@ import pytest
 from shoal.cluster.provider import Offer
 from shoal.control.scaler import Goal, Scaler, ScalerInput
 from shoal.errors import UserError
-from shoal.sim.scenario import Scenario, simulate
+from shoal.sim.replay import simulate
+from shoal.sim.scenario import Scenario
 
 
 def fixed(tmp_path, lifetime=None, notice_s=30.0, **extra):
@@ -65,7 +66,7 @@ def test_the_replay_counts_the_join_delay_the_live_scaler_had_measured_by_then(t
     """A live run's scaler counts --startup until its first join is measured, then the median
     of the delays so far; the replay's scaler counts the same at the same times, not the whole
     run's median from the start (which made it shy of replacements the live run bought)."""
-    from shoal.sim.scenario import _Run
+    from shoal.sim.replay import _Run
 
     joins = ((1000.0, 900.0), (2000.0, 300.0), (3000.0, 600.0))
     sc = fixed(tmp_path, join_delay_s=600.0, join_delays=joins)
@@ -95,7 +96,7 @@ def test_a_notice_too_short_for_the_step_holds_the_survivors_until_the_kill(
     fails only at the kill. A notice long enough lets it leave at the boundary, losing nothing.
     (The replay let the survivors train from the notice: 30 s of every such notice at the spot
     bench's time scale, which made it 0.2-2.5 points more optimistic than the live runs.)"""
-    from shoal.sim.scenario import _Run
+    from shoal.sim.replay import _Run
 
     run = _Run(fixed(tmp_path, lifetime=1000.0, notice_s=notice_s))
     for tier in ("on_demand", "spot"):
