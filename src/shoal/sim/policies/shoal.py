@@ -71,9 +71,14 @@ class ShoalPolicy:
             """Spot GPUs of `kind` still free as the fill hands GPUs out (spot fills first)."""
             return max(0, spot_free.get(kind, 0) - (free[kind] - left[kind]))
 
+        rates: dict[tuple, float] = {}  # a job's progress is fixed within a round
+
         def rate(job: JobRun, counts: dict[str, int]) -> float:
-            nodes = nodes_needed(counts, per_node)
-            return best_batch(job.spec.app, counts, nodes, job.progress)[1]
+            key = (job.name, *sorted(counts.items()))
+            if key not in rates:
+                nodes = nodes_needed(counts, per_node)
+                rates[key] = best_batch(job.spec.app, counts, nodes, job.progress)[1]
+            return rates[key]
 
         def held_usd(counts: dict[str, int], left: dict[str, int]) -> float:
             """USD per hour of a job's GPUs so far in the fill, each kind's at the mean price of
