@@ -460,17 +460,24 @@ def toy_table(sides: dict) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", default="digits,shakespeare")
-    p.add_argument("--seeds", default=None, help="comma list (default 0,1,2; --toy: 0..15)")
-    p.add_argument("--sides", default=None, help="comma list (default: the sweep + adaptive)")
-    p.add_argument("--workers", default="v100,k80,k80")
-    p.add_argument("--eval-every", type=int, default=10)
-    p.add_argument("--max-steps", type=int, default=600)
-    p.add_argument("--batch-every", type=int, default=10)
-    p.add_argument("--target-digits", type=float, default=0.975)
-    p.add_argument("--target-shakespeare", type=float, default=2.3)
-    p.add_argument("--target-reverse", type=float, default=0.3)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument(
+        "--tasks", default="digits,shakespeare", help="comma list of digits, shakespeare, reverse"
+    )
+    p.add_argument("--seeds", default=None, help="comma list (None: 0,1,2; --toy: 0..15)")
+    p.add_argument("--sides", default=None, help="comma list (None: the sweep + adaptive)")
+    p.add_argument("--workers", default="v100,k80,k80", help="the emulated cluster's kinds")
+    p.add_argument("--eval-every", type=int, default=10, help="steps between evaluations")
+    p.add_argument("--max-steps", type=int, default=600, help="a run's steps at most")
+    p.add_argument("--batch-every", type=int, default=10, help="steps between batch decisions")
+    p.add_argument(
+        "--target-digits", type=float, default=0.975, help="validation accuracy to reach"
+    )
+    p.add_argument("--target-shakespeare", type=float, default=2.3, help="validation loss to reach")
+    p.add_argument("--target-reverse", type=float, default=0.3, help="validation loss to reach")
     p.add_argument(
         "--smoke", action="store_true", help="digits, one seed, 2 x 2 steps per side, target 0"
     )
@@ -480,11 +487,11 @@ def main() -> None:
         dest="exchange_mode",
         choices=("pollux", "none"),
         default="pollux",
-        help="the emulated cluster's gradient exchange: Pollux's measured ratio (default) or "
-        "none (loopback's)",
+        help="the emulated cluster's gradient exchange: Pollux's measured ratio or none "
+        "(loopback's)",
     )
     p.add_argument("--toy", action="store_true", help="the model study only (numpy, seconds)")
-    p.add_argument("--toy-target", type=float, default=1.5e-4)
+    p.add_argument("--toy-target", type=float, default=1.5e-4, help="--toy's target excess loss")
     args = p.parse_args()
     torch.set_num_threads(1)  # the evaluations share the host with the run's workers
     if args.toy:

@@ -68,13 +68,16 @@ def measure(job: str, args) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--workers", default="v100,v100")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=int, default=60, help="steps per run")
+    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
+    p.add_argument("--repeats", type=int, default=5, help="runs of each side")
+    p.add_argument("--workers", default="v100,v100", help="the emulated workers' kinds")
     p.add_argument("--every", type=int, default=100, help="the similarity's interval P")
-    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (default: both)")
+    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")
     args = p.parse_args()
     for job in [args.job] if args.job else sorted(CONFIGS):
         print(json.dumps(measure(job, args)), flush=True)

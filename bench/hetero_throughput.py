@@ -44,13 +44,16 @@ WORKLOAD = "Transformer (batch size 32)"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=8)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--job", choices=sorted(JOBS), default="conv")
-    p.add_argument("--micro-batch-size", type=int, default=32, help="b")
-    p.add_argument("--global-batch-size", type=int, default=256, help="B")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=int, default=30, help="steps per run")
+    p.add_argument("--warmup", type=int, default=8, help="first steps left out of the median")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side")
+    p.add_argument("--job", choices=sorted(JOBS), default="conv", help="the job to train")
+    p.add_argument("--micro-batch-size", type=int, default=32, help="the micro-batch size b")
+    p.add_argument("--global-batch-size", type=int, default=256, help="the global batch size B")
     args = p.parse_args()
     options = {
         "micro_batch_size": args.micro_batch_size,

@@ -292,11 +292,14 @@ def print_table(summary: dict) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--repeats", type=int, default=3, help="whole runs of each side")
     p.add_argument("--shoal-steps", type=int, default=260, help="long enough for the join")
     p.add_argument("--torchrun-steps", type=int, default=240, help="long enough for the join")
-    p.add_argument("--out", default=None, help="keep the runs here (default: a temp dir)")
+    p.add_argument("--out", default=None, help="keep the runs here (None: a temp dir)")
     p.add_argument(
         "--sides",
         choices=["both", "shoal", "torchrun"],

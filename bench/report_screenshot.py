@@ -27,10 +27,13 @@ from unit.report.synthetic_run import write_synthetic_run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directory", nargs="?", help="run directory (default: a synthetic run)")
-    parser.add_argument("--out", help="screenshot path (default: DIR/report_screenshot.png)")
-    parser.add_argument("--chromium", help="browser binary (default: chromium on PATH)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("directory", nargs="?", help="run directory (None: a synthetic run)")
+    parser.add_argument("--out", help="screenshot path (None: DIR/report_screenshot.png)")
+    parser.add_argument("--chromium", help="browser binary (None: chromium on PATH)")
     parser.add_argument("--steps", type=int, default=40, help="steps of the synthetic run")
     parser.add_argument("--window", default="1280x2000", help="window size WIDTHxHEIGHT")
     args = parser.parse_args(argv)

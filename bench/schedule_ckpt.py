@@ -55,16 +55,19 @@ def step_times(cfg: dict, ratios: list[float], batch: int, seq: int, rounds: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ratios", default="0,0.25,0.5,0.75,1")
-    p.add_argument("--n-layer", type=int, default=8)
-    p.add_argument("--n-embd", type=int, default=128)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--vocab-size", type=int, default=1024)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--batch-size", type=int, default=8)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--ratios", default="0,0.25,0.5,0.75,1", help="ckpt_ratio values, comma list")
+    p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
+    p.add_argument("--n-embd", type=int, default=128, help="embedding width")
+    p.add_argument("--n-head", type=int, default=4, help="attention heads")
+    p.add_argument("--vocab-size", type=int, default=1024, help="vocabulary size")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per step")
     p.add_argument("--rounds", type=int, default=6, help="timed steps per ratio")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
     args = p.parse_args(argv)
     cfg = {
         "n_layer": args.n_layer,

@@ -37,13 +37,16 @@ STAGES = [  # (label, fusion, ckpt_ratio, world_size)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--memory-cap-mb", type=float, default=600.0)
-    p.add_argument("--batch-sizes", default="2,4,8,16,32")
-    p.add_argument("--n-layer", type=int, default=8)
-    p.add_argument("--n-embd", type=int, default=128)
-    p.add_argument("--seq-len", type=int, default=256)
-    p.add_argument("--steps", type=int, default=3)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--memory-cap-mb", type=float, default=600.0, help="peak memory per process")
+    p.add_argument("--batch-sizes", default="2,4,8,16,32", help="candidate micro-batch sizes")
+    p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
+    p.add_argument("--n-embd", type=int, default=128, help="embedding width")
+    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
+    p.add_argument("--steps", type=int, default=3, help="measured steps per trial")
     args = p.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = {

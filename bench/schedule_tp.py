@@ -134,11 +134,14 @@ def throughput(steps: int, batch_size: int, repeats: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=8)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=int, default=3, help="throughput: measured steps per run")
+    p.add_argument("--batch-size", type=int, default=8, help="throughput: sequences per step")
     p.add_argument("--repeats", type=int, default=2, help="fresh runs per layout")
-    p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--skip-throughput", action="store_true", help="the numerics only")
     args = p.parse_args(argv)
     result = {
         "bench": "schedule_tp",

@@ -45,18 +45,21 @@ def main(policies: list[str], cases_per_suite: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "policies",
         nargs="*",
         metavar="policy",
-        help=f"the policies to run (default: all: {', '.join(POLICIES)})",
+        help=f"the policies to run (None: all of {', '.join(POLICIES)})",
     )
     p.add_argument(
         "--cases",
         type=int,
         metavar="N",
-        help="the first N cases of each suite, e.g. 2 for a smoke run (default: all)",
+        help="the first N cases of each suite, e.g. 2 for a smoke run (None: all)",
     )
     args = p.parse_args()
     unknown = [name for name in args.policies if name not in POLICIES]

@@ -74,10 +74,11 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "n", nargs="?", type=int, default=100000, metavar="N", help="jobs (default: 100000)"
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.add_argument("n", nargs="?", type=int, default=100000, metavar="N", help="jobs")
     args = p.parse_args()
     if args.n < 1:
         p.error(f"N must be at least 1, not {args.n}")

@@ -118,13 +118,16 @@ def plot(rows: list[dict], policies: list[str], loads: list[str], path: Path) ->
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--policies", default=",".join(POLICIES))
-    ap.add_argument("--workloads", default="1-8")
-    ap.add_argument("--loads", default=",".join(LOADS))
-    ap.add_argument("--philly-seeds", default="1-5", help="0: skip the Philly spot samples")
-    ap.add_argument("--procs", type=int, default=1)
-    ap.add_argument("--plot", type=Path, default=None)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    ap.add_argument("--policies", default=",".join(POLICIES), help="comma list")
+    ap.add_argument("--workloads", default="1-8", help="Pollux workloads, N or LO-HI")
+    ap.add_argument("--loads", default=",".join(LOADS), help="job loads, comma list")
+    ap.add_argument("--philly-seeds", default="1-5", help="N or LO-HI (0: no Philly spot samples)")
+    ap.add_argument("--procs", type=int, default=1, help="simulations run in parallel")
+    ap.add_argument("--plot", type=Path, default=None, help="write the plot here (None: no plot)")
     ap.add_argument("--json", type=Path, default=None, help="write every run's row here")
     args = ap.parse_args()
     policies, loads = args.policies.split(","), args.loads.split(",")

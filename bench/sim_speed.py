@@ -52,13 +52,16 @@ def _size(text: str) -> str:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "sizes",
         nargs="*",
         type=_size,
         default=["1000", "10000", "all"],
         metavar="N",
-        help="Philly jobs per run, or all (default: 1000 10000 all)",
+        help="Philly jobs per run, or all",
     )
     main(p.parse_args().sizes)

@@ -89,14 +89,17 @@ def main(runs: int) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "runs",
         nargs="?",
         type=int,
         default=5000,
         metavar="RUNS",
-        help="seeded runs per size (default: 5000)",
+        help="seeded runs per size",
     )
     args = p.parse_args()
     if args.runs < 1:

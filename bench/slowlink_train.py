@@ -410,20 +410,31 @@ def next_port(args) -> int:
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="100,500,1000", help="Mbit/s")
-    parser.add_argument(
-        "--models", default=None, help="default: transformer,digits (smoke: transformer)"
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--sides", default=",".join(SIDES))
+    parser.add_argument("--rates", default="100,500,1000", help="link rates, Mbit/s")
+    parser.add_argument(
+        "--models", default=None, help="comma list (None: transformer,digits; --smoke: transformer)"
+    )
+    parser.add_argument("--sides", default=",".join(SIDES), help="comma list")
     parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
     parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")
     parser.add_argument("--outer-overlap", type=int, default=10, help="the overlap side's D")
     parser.add_argument("--local-budget", type=float, default=2.0, help="x steps, shoal-local")
-    parser.add_argument("--powersgd-rank", type=int, default=4)
-    parser.add_argument("--target", action="append", default=[], metavar="MODEL=LOSS")
+    parser.add_argument("--powersgd-rank", type=int, default=4, help="the powersgd side's rank")
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="MODEL=LOSS",
+        help="a model's target validation loss, repeatable (none: 1.02 x dense DDP's final loss)",
+    )
     parser.add_argument("--side-timeout", type=float, default=900.0, help="seconds per side")
-    parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=None, help="runs and results.jsonl (None: a temp dir)"
+    )
     parser.add_argument("--smoke", action="store_true", help="one rate, a tiny model: seconds")
     args = parser.parse_args(argv)
     args.targets = {k: float(v) for k, v in (t.split("=", 1) for t in args.target)}

@@ -245,14 +245,19 @@ def soak(
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=2000)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=int, default=2000, help="steps of the run")
     p.add_argument("--events", type=int, default=120, help="drawn (a stall draws no join)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint-every", type=int, default=100)
-    p.add_argument("--loss-at", type=int, default=None, help="default: 60%% of the steps")
+    p.add_argument("--seed", type=int, default=0, help="seeds the events")
+    p.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument(
+        "--loss-at", type=int, default=None, help="the total loss's step (None: 60%% of the steps)"
+    )
     p.add_argument("--host-s", type=float, default=0.02, help="paced seconds per micro-batch")
-    p.add_argument("--out", default=None, help="run directory (default: a temporary one)")
+    p.add_argument("--out", default=None, help="run directory (None: a temporary one)")
     args = p.parse_args()
     loss_at = args.loss_at if args.loss_at is not None else int(args.steps * 0.6)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-soak-")) / "run"

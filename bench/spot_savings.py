@@ -93,10 +93,13 @@ TIMEOUT_S = 1800.0  # a restart run of 14 emulated hours takes about 11 wall min
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--seeds", default="0,1,2,3,4", help="provider seeds, comma-separated")
-    p.add_argument("--sides", default=",".join(SIDES), help="scaler,on-demand,restart")
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--sides", default=",".join(SIDES), help="comma list of the sides to run")
+    p.add_argument("--steps", type=int, default=60, help="steps per run")
     p.add_argument("--deadline", default="10h", help="the goal of the scaler (emulated)")
     p.add_argument("--time-scale", type=float, default=80.0, help="emulated s per wall s")
     p.add_argument("--host-s", type=float, default=0.9, help="wall s per v100 micro-batch")
@@ -108,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spot-trace", default=None, help="a spot trace instead of --lifetimes")
     p.add_argument("--max-servers", type=int, default=4, help="bounds the processes started")
     p.add_argument("--checkpoint-every", type=int, default=12, help="steps (provider sides)")
-    p.add_argument("--out", default=None, help="where the runs go (default: a temp dir)")
+    p.add_argument("--out", default=None, help="where the runs go (None: a temp dir)")
     p.add_argument("--no-fixed", action="store_true", help="skip the plain fixed run (no check)")
     p.add_argument("--smoke", action="store_true", help="1 seed, 8 fast steps, a 2 h deadline")
     args = p.parse_args(argv)

@@ -31,13 +31,16 @@ CONFIGS = {
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (default: both)")
-    p.add_argument("--micro-batch-size", type=int, help="b, instead of the job's default")
-    p.add_argument("--global-batch-size", type=int, help="B, instead of the job's default")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--steps", type=int, default=40, help="steps per run")
+    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
+    p.add_argument("--repeats", type=int, default=3, help="runs of each side")
+    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")
+    p.add_argument("--micro-batch-size", type=int, help="b (None: the job's own)")
+    p.add_argument("--global-batch-size", type=int, help="B (None: the job's own)")
     args = p.parse_args()
     for name, defaults in CONFIGS.items():
         if args.job not in (None, name):

@@ -41,13 +41,16 @@ def log(path: pathlib.Path, record: dict) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--checkpoint-every", type=int, default=10)
+    p.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints (K)")
     p.add_argument("--out", required=True)
-    p.add_argument("--global-batch-size", type=int, default=256)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--global-batch-size", type=int, default=256, help="samples per step")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    p.add_argument("--seed", type=int, default=0, help="seeds the model and the data order")
     args = p.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

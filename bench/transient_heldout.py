@@ -71,14 +71,17 @@ def main(replays: int, as_json: bool) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "replays",
         metavar="REPLAYS",
         nargs="?",
         type=int,
         default=400,
-        help="seeded runs for the spot cluster with revocations (default: 400)",
+        help="seeded runs for the spot cluster with revocations",
     )
     p.add_argument("--json", action="store_true", help="JSON lines, not a markdown table")
     args = p.parse_args()

@@ -209,12 +209,15 @@ def main(as_json: bool, names: list[str] = NAMES, quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument(
         "candidates",
         nargs="*",
         metavar="CANDIDATE",
-        help=f"the candidates to score (default: all eight: {', '.join(NAMES)})",
+        help=f"the candidates to score (None: all eight: {', '.join(NAMES)})",
     )
     p.add_argument("--json", action="store_true", help="JSON lines, not a markdown table")
     p.add_argument("--quick", action="store_true", help="score in-sample only")

@@ -11,7 +11,10 @@ import torch.distributed as dist
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--size-mb", type=float, required=True)
     parser.add_argument("--iters", type=int, required=True)
     parser.add_argument("--phases", type=int, required=True)

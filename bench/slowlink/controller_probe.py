@@ -64,9 +64,14 @@ def run_phase(args, phase, ctrl, keep, efs, rank, world):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--steps", type=int, required=True)
-    parser.add_argument("--compute-s", type=float, default=0.1)
+    parser.add_argument(
+        "--compute-s", type=float, default=0.1, help="seconds of emulated compute per step"
+    )
     parser.add_argument("--phases", type=int, required=True)
     parser.add_argument("--sync-dir", type=pathlib.Path, required=True)
     args = parser.parse_args()

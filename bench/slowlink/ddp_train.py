@@ -49,9 +49,14 @@ def make_ddp(job, powersgd_rank: int) -> DistributedDataParallel:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("job")
-    parser.add_argument("--option", "-o", action="append", default=[])
+    parser.add_argument(
+        "--option", "-o", action="append", default=[], help="a job option KEY=VALUE, repeatable"
+    )
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--eval-every", type=int, required=True)
     parser.add_argument("--powersgd", type=int, default=0, help="PowerSGD rank (0: off)")

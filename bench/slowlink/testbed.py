@@ -252,14 +252,21 @@ def _drive_phases(bed, rates_mbit, sync, procs, deadline) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--probe", choices=["allreduce", "controller"], default="allreduce")
-    parser.add_argument("--sites", type=int, default=2)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--probe", choices=["allreduce", "controller"], default="allreduce", help="what to run"
+    )
+    parser.add_argument("--sites", type=int, default=2, help="network namespaces, a worker each")
     parser.add_argument("--rates", default="100,500,1000", help="Mbit/s, one phase each")
     parser.add_argument("--size-mb", type=float, default=8.0, help="allreduce: tensor size")
     parser.add_argument("--iters", type=int, default=5, help="allreduce: calls per phase")
     parser.add_argument("--steps", type=int, default=10, help="controller: steps per phase")
-    parser.add_argument("--compute-s", type=float, default=0.1, help="controller: emulated")
+    parser.add_argument(
+        "--compute-s", type=float, default=0.1, help="controller: emulated compute s per step"
+    )
     parser.add_argument("--sweep", action="store_true", help="only delete stale namespaces")
     args = parser.parse_args(argv)
     reason = bed_available()

@@ -2,7 +2,8 @@
 expected shape (the JSON keys its docs quote), not merely exit 0. Timings are not checked.
 
 Helper modules (_common.py, ddp_yardstick.py, torchelastic_job.py) run through the others.
-Every script, helpers and bench/slowlink/ included, answers --help with its usage, running nothing.
+Every script, helpers and bench/slowlink/ included, answers --help with its usage, running nothing,
+and shows every argument's default (a bare run's settings).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -64,6 +66,28 @@ def test_bench_modules_have_no_entry_point():
             assert "__main__" not in path.read_text(), f"{path} is a script: drop it from MODULES"
 
 
+def _required(usage: str) -> set[str]:
+    """The words of a usage outside its [...] groups: the required arguments (no default)."""
+    while re.search(r"\[[^][]*\]", usage):
+        usage = re.sub(r"\[[^][]*\]", "", usage)
+    return set(usage.split()[2:])  # after "usage: PROG"
+
+
+def _entries(text: str) -> dict[str, str]:
+    """Each argument's entry in --help's lists, by its first word (`--steps`, `N`): the entry's
+    line (indented two spaces) and the wrapped lines under it, joined."""
+    entries, name = {}, None
+    for line in text.splitlines():
+        if re.match(r"  \S", line):
+            name = line.split()[0].rstrip(",")
+            entries[name] = line
+        elif name and line.startswith("   "):
+            entries[name] += " " + line.strip()
+        else:
+            name = None
+    return entries
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_prints_usage_and_runs_nothing(script):
     start = time.monotonic()
@@ -73,6 +97,15 @@ def test_help_prints_usage_and_runs_nothing(script):
     # the purpose: the docstring's first words, as argparse rewraps them
     purpose = " ".join(ast.get_docstring(ast.parse((ROOT / script).read_text())).split()[:6])
     assert purpose in " ".join(out.split()), f"{script} --help does not say {purpose!r}"
+    # every argument a bare run may leave out shows its default
+    # (argparse.ArgumentDefaultsHelpFormatter, and a help string: without one it shows none)
+    usage, _, lists = out.partition("\n\n")
+    exempt = _required(usage) | {"-h"}
+    entries = _entries(lists)
+    assert "-h" in entries, f"{script} --help: no argument list read from\n{out}"
+    for name, entry in entries.items():
+        if name not in exempt:
+            assert "(default:" in entry, f"{script} --help shows no default for {name}: {entry}"
 
 
 @pytest.mark.parametrize(
