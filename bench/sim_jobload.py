@@ -29,10 +29,32 @@ PHILLY_CLUSTER, PHILLY_SPOT = "hetero-64", "0.5:gce"
 
 
 def _ids(text: str) -> list[int]:
+    """N or LO-HI (1 <= LO <= HI); 0 or nothing: none."""
     if text in ("", "0"):
         return []
     lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
+    try:
+        first, last = int(lo), int(hi or lo)
+    except ValueError:
+        first, last = 0, -1
+    if not 1 <= first <= last:
+        raise argparse.ArgumentTypeError(f"not N or LO-HI: {text!r}")
+    return list(range(first, last + 1))
+
+
+def _names(known: tuple[str, ...], what: str):
+    """A comma list of names from `known` (argparse type)."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
+            )
+        return names
+
+    return parse
 
 
 def _run(case: tuple) -> dict:
@@ -122,19 +144,26 @@ def main() -> None:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    ap.add_argument("--policies", default=",".join(POLICIES), help="comma list")
-    ap.add_argument("--workloads", default="1-8", help="Pollux workloads, N or LO-HI")
-    ap.add_argument("--loads", default=",".join(LOADS), help="job loads, comma list")
-    ap.add_argument("--philly-seeds", default="1-5", help="N or LO-HI (0: no Philly spot samples)")
+    policy = _names(tuple(POLICIES), "policy")
+    ap.add_argument("--policies", type=policy, default=",".join(POLICIES), help="comma list")
+    ap.add_argument("--workloads", type=_ids, default="1-8", help="Pollux workloads, N or LO-HI")
+    ap.add_argument("--loads", type=_names(LOADS, "load"), default=",".join(LOADS),
+                    help="job loads, comma list")  # fmt: skip
+    ap.add_argument("--philly-seeds", type=_ids, default="1-5",
+                    help="N or LO-HI (0: no Philly spot samples)")  # fmt: skip
     ap.add_argument("--procs", type=int, default=1, help="simulations run in parallel")
     ap.add_argument("--plot", type=Path, default=None, help="write the plot here (None: no plot)")
     ap.add_argument("--json", type=Path, default=None, help="write every run's row here")
     args = ap.parse_args()
-    policies, loads = args.policies.split(","), args.loads.split(",")
+    policies, loads = args.policies, args.loads
+    if args.workloads and args.workloads[-1] > 8:
+        ap.error(f"--workloads: Pollux's workloads are 1-8, not {args.workloads[-1]}")
+    if args.procs < 1:
+        ap.error(f"--procs must be at least 1, not {args.procs}")
     cases = [("jobload", p, f"pollux:{w}:{ld}", "pollux", None, 0, ld)
-             for ld in loads for w in _ids(args.workloads) for p in policies]  # fmt: skip
+             for ld in loads for w in args.workloads for p in policies]  # fmt: skip
     cases += [("philly-spot", p, f"philly:300:{s}", PHILLY_CLUSTER, PHILLY_SPOT, s, None)
-              for s in _ids(args.philly_seeds) for p in policies]  # fmt: skip
+              for s in args.philly_seeds for p in policies]  # fmt: skip
     with Pool(args.procs) as pool:
         rows = pool.map(_run, cases, chunksize=1)
     if args.json:

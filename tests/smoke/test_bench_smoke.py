@@ -122,6 +122,9 @@ def test_help_prints_usage_and_runs_nothing(script):
         (["bench/sim_published.py", "--quick"], "unrecognized arguments: --quick"),
         (["bench/schedule_loc.py", "gpt2"], "unrecognized arguments: gpt2"),
         (["bench/_common.py"], "the following arguments are required: --ddp"),
+        (["bench/sim_jobload.py", "--workloads", "1,6"], "argument --workloads: not N or LO-HI"),
+        (["bench/sim_jobload.py", "--policies", "nope"], "argument --policies: unknown policy"),
+        (["bench/sim_jobload.py", "--workloads", "9"], "--workloads: Pollux's workloads are 1-8"),
     ],
 )
 def test_bad_arguments_are_a_usage_error(argv, error):
