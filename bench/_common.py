@@ -80,6 +80,33 @@ def per_repeat(numerators: list[float], denominators: list[float]) -> list[float
     return [a / b for a, b in zip(numerators, denominators, strict=True)]
 
 
+def check_runs(p: argparse.ArgumentParser, args) -> None:
+    """The step-time benches' --steps, --warmup and --repeats, checked before any run: at
+    least one repeat, and a step period (one step's start to the next's) after the warm-up."""
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, not {args.repeats}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be at least 0, not {args.warmup}")
+    if args.steps < args.warmup + 2:
+        p.error(
+            f"--steps must be at least --warmup + 2 = {args.warmup + 2} (a step period after "
+            f"the warm-up), not {args.steps}"
+        )
+
+
+def check_batches(p: argparse.ArgumentParser, b: int, B: int, world: int = 2) -> None:
+    """A micro-batch size b and global batch size B that DDP's equal split over `world`
+    ranks can run: B a multiple of b, and its M = B / b micro-batches a multiple of `world`."""
+    for flag, value in (("--micro-batch-size", b), ("--global-batch-size", B)):
+        if value < 1:
+            p.error(f"{flag} must be at least 1, not {value}")
+    if B % (b * world):
+        p.error(
+            f"--global-batch-size {B} must be a multiple of {world} x --micro-batch-size {b}: "
+            f"DDP's equal split gives each of its {world} ranks the same micro-batches"
+        )
+
+
 def step_periods(rows: list[dict]) -> list[float]:
     """Seconds from one step's record to the next: everything a step costs, bookkeeping
     between steps included, as DDP's steps are timed from start to start."""
@@ -110,8 +137,21 @@ def ddp_step_times(
     return json.loads(out.read_text())["step_times_s"]
 
 
-def _spawn_ddp(args: str) -> None:
-    world, *rest = json.loads(args)  # ddp_worker's arguments after the rank and the port
+def _ddp_args(text: str) -> list:
+    """run_ddp's JSON: [world, job, options, steps, out, slowdowns, host_s] (argparse type)."""
+    try:
+        args = json.loads(text)
+    except ValueError:
+        args = None
+    if not (isinstance(args, list) and len(args) == 7 and type(args[0]) is int and args[0] > 0):
+        raise argparse.ArgumentTypeError(
+            f"not a JSON list [world, job, options, steps, out, slowdowns, host_s]: {text!r}"
+        )
+    return args
+
+
+def _spawn_ddp(args: list) -> None:
+    world, *rest = args  # ddp_worker's arguments after the rank and the port
     mp.spawn(ddp_worker, args=(world, free_port(), *rest), nprocs=world, join=True)
 
 
@@ -126,6 +166,7 @@ if __name__ == "__main__":
     )
     p.add_argument(
         "--ddp",
+        type=_ddp_args,
         required=True,
         metavar="JSON",
         help="run_ddp's arguments: [world, job, options, steps, out, slowdowns, host_s]",

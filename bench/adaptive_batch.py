@@ -218,13 +218,14 @@ def calibrate(task: str, args) -> dict:
     for key, value in options.items():
         cmd += ["--option", f"{key}={value!r}"]
     subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    fastest = devices.parse_workers(args.workers)[0]  # `2xv100,k80` too: the first kind
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     times = [
         w["micro_batch_time_s"]
         for r in rows[steps // 4 :]  # past the first steps' warm-up
         if r.get("kind") == "step"
         for w in r["workers"]
-        if w.get("micro_batch_time_s") and w["device"] == args.workers.split(",")[0]
+        if w.get("micro_batch_time_s") and w["device"] == fastest
     ]
     # every kind (the fastest too) is paced to the yardstick: a margin over the measured host
     # time keeps the emulated speeds, and so the figures, independent of the host's load
@@ -459,17 +460,97 @@ def toy_table(sides: dict) -> str:
     return "\n".join(lines)
 
 
+def _names(known: tuple[str, ...], what: str):
+    """A comma list of names from `known` (argparse type)."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
+            )
+        return names
+
+    return parse
+
+
+def _seeds(text: str) -> list[int]:
+    """A comma list of seeds, whole numbers >= 0 (argparse type)."""
+    seeds = []
+    for item in text.split(","):
+        if not item.strip().isdecimal():
+            raise argparse.ArgumentTypeError(f"not a seed (a whole number >= 0): {item!r}")
+        seeds.append(int(item))
+    return seeds
+
+
+def _sides(text: str) -> list[str]:
+    """A comma list of sides: fixed-B (B a whole number >= 1) or an adaptive policy."""
+    sides = text.split(",")
+    for side in sides:
+        batch = side.removeprefix("fixed-")
+        if side not in ADAPTIVE and not (batch != side and batch.isdecimal() and int(batch) > 0):
+            raise argparse.ArgumentTypeError(
+                f"unknown side {side!r} (fixed-B for a global batch B, or one of "
+                f"{', '.join(ADAPTIVE)})"
+            )
+    return sides
+
+
+def _workers(text: str) -> str:
+    """The emulated cluster's kinds, as `shoal run --workers` takes them (argparse type)."""
+    from shoal.errors import UserError
+    from shoal.perf.devices import load_devices
+
+    try:
+        load_devices().parse_workers(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def check_args(p: argparse.ArgumentParser, args) -> None:
+    """Bounds and checks across options, before any run (a usage error, not a failed run)."""
+    for flag in ("eval_every", "max_steps", "batch_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
+    if not 0 <= args.target_digits <= 1:
+        p.error(f"--target-digits is an accuracy from 0 to 1, not {args.target_digits}")
+    for flag in ("target_shakespeare", "target_reverse", "toy_target"):
+        if not 0 < getattr(args, flag) < math.inf:
+            p.error(f"--{flag.replace('_', '-')} must be a loss above 0, not {getattr(args, flag)}")
+    for side in args.sides or ():
+        for task in ["digits"] if args.smoke else args.tasks:
+            b = TASKS[task]["b"]
+            if side.startswith("fixed-") and int(side.removeprefix("fixed-")) % b:
+                p.error(f"--sides: {side}: the batch is not a multiple of {task}'s micro-batch {b}")
+    if args.json and pathlib.Path(args.json).is_dir():
+        p.error(f"--json: {args.json} is a directory")
+    if args.json and not pathlib.Path(args.json).parent.is_dir():
+        p.error(f"--json: no directory {str(pathlib.Path(args.json).parent)!r} to write into")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
-        "--tasks", default="digits,shakespeare", help="comma list of digits, shakespeare, reverse"
+        "--tasks",
+        type=_names(tuple(TASKS), "task"),
+        default="digits,shakespeare",
+        help="comma list of digits, shakespeare, reverse",
     )
-    p.add_argument("--seeds", default=None, help="comma list (None: 0,1,2; --toy: 0..15)")
-    p.add_argument("--sides", default=None, help="comma list (None: the sweep + adaptive)")
-    p.add_argument("--workers", default="v100,k80,k80", help="the emulated cluster's kinds")
+    p.add_argument(
+        "--seeds", type=_seeds, default=None, help="comma list (None: 0,1,2; --toy: 0..15)"
+    )
+    p.add_argument(
+        "--sides", type=_sides, default=None, help="comma list (None: the sweep + adaptive)"
+    )
+    p.add_argument(
+        "--workers", type=_workers, default="v100,k80,k80", help="the emulated cluster's kinds"
+    )
     p.add_argument("--eval-every", type=int, default=10, help="steps between evaluations")
     p.add_argument("--max-steps", type=int, default=600, help="a run's steps at most")
     p.add_argument("--batch-every", type=int, default=10, help="steps between batch decisions")
@@ -493,16 +574,17 @@ def main() -> None:
     p.add_argument("--toy", action="store_true", help="the model study only (numpy, seconds)")
     p.add_argument("--toy-target", type=float, default=1.5e-4, help="--toy's target excess loss")
     args = p.parse_args()
+    check_args(p, args)
     torch.set_num_threads(1)  # the evaluations share the host with the run's workers
     if args.toy:
-        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else list(range(16))
+        seeds = args.seeds or list(range(16))
         sides = toy_study(seeds, args.toy_target, args.batch_every)
         print(json.dumps({"toy": sides, "target": args.toy_target, "seeds": seeds}))
         print(toy_table(sides))
         return
-    args.seeds = args.seeds or "0,1,2"
+    args.seeds = args.seeds or [0, 1, 2]
     if args.smoke:
-        args.tasks, args.seeds, args.workers = "digits", "0", "v100,k80"
+        args.tasks, args.seeds, args.workers = ["digits"], [0], "v100,k80"
         args.eval_every, args.max_steps, args.batch_every = 2, 4, 2
         args.target_digits = 0.0  # every evaluation meets it: the figures' plumbing runs
     args.targets = {
@@ -512,15 +594,15 @@ def main() -> None:
     }
     results = {"workers": args.workers, "exchange": args.exchange_mode, "tasks": {}, "notes": []}
     args.exchange = {}
-    for task in args.tasks.split(","):
+    for task in args.tasks:
         args.exchange[task] = calibrate(task, args)
         sweep = [f"fixed-{b}" for b in TASKS[task]["sweep"]]
         if args.smoke:
             sweep = [sweep[0], sweep[-1]]
-        sides = args.sides.split(",") if args.sides else sweep + list(ADAPTIVE)
+        sides = args.sides or sweep + list(ADAPTIVE)
         per_side = {}
         for side in sides:
-            runs = [run_side(side, task, int(seed), args) for seed in args.seeds.split(",")]
+            runs = [run_side(side, task, seed, args) for seed in args.seeds]
             per_side[side] = aggregate(runs) | {"runs": runs}
         results["tasks"][task] = {
             "target": args.targets[task],

@@ -21,6 +21,7 @@ import statistics
 from _common import (
     JOBS,
     as_options,
+    check_runs,
     machine,
     per_repeat,
     rotation,
@@ -29,6 +30,18 @@ from _common import (
     step_periods,
 )
 from step_time import CONFIGS  # the same (b, B) per job as the engine's step-time bench
+
+
+def _workers(text: str) -> str:
+    """The emulated workers' kinds, as `shoal run --workers` takes them (argparse type)."""
+    from shoal.errors import UserError
+    from shoal.perf.devices import load_devices
+
+    try:
+        load_devices().parse_workers(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def side_flags(side: str, batch: int, every: int) -> list[str]:
@@ -75,10 +88,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60, help="steps per run")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
     p.add_argument("--repeats", type=int, default=5, help="runs of each side")
-    p.add_argument("--workers", default="v100,v100", help="the emulated workers' kinds")
+    p.add_argument(
+        "--workers", type=_workers, default="v100,v100", help="the emulated workers' kinds"
+    )
     p.add_argument("--every", type=int, default=100, help="the similarity's interval P")
     p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")
     args = p.parse_args()
+    check_runs(p, args)
+    if args.every < 1:
+        p.error(f"--every must be at least 1, not {args.every}")
     for job in [args.job] if args.job else sorted(CONFIGS):
         print(json.dumps(measure(job, args)), flush=True)
 

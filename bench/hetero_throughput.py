@@ -29,6 +29,8 @@ import statistics
 from _common import (
     JOBS,
     as_options,
+    check_batches,
+    check_runs,
     ddp_step_times,
     machine,
     per_repeat,
@@ -55,6 +57,8 @@ def main() -> None:
     p.add_argument("--micro-batch-size", type=int, default=32, help="the micro-batch size b")
     p.add_argument("--global-batch-size", type=int, default=256, help="the global batch size B")
     args = p.parse_args()
+    check_runs(p, args)
+    check_batches(p, args.micro_batch_size, args.global_batch_size)
     options = {
         "micro_batch_size": args.micro_batch_size,
         "global_batch_size": args.global_batch_size,

@@ -291,6 +291,23 @@ def print_table(summary: dict) -> None:
         print("  ".join(f"{c:>11}" for c in cells))
 
 
+def check_args(p: argparse.ArgumentParser, args) -> None:
+    """Before any run: each side's steps go past its last event (else the side fails or
+    measures nothing), and --out can be the runs' directory."""
+    if args.repeats < 1:
+        p.error(f"--repeats must be at least 1, not {args.repeats}")
+    last_shoal = max(int(e.split(":")[0].split()[1]) for e in SHOAL_EVENTS.split(";"))
+    last_te = max(at for at, _ in TE_EVENTS)
+    for side, flag, steps, last in (
+        ("shoal", "--shoal-steps", args.shoal_steps, last_shoal),
+        ("torchrun", "--torchrun-steps", args.torchrun_steps, last_te),
+    ):
+        if args.sides in ("both", side) and steps <= last:
+            p.error(f"{flag} must be more than {last} (the step of its last event), not {steps}")
+    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
+        p.error(f"--out: {args.out} is not a directory")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -307,6 +324,7 @@ def main() -> None:
         help="which side(s) to run (one side alone: a smoke run, or a look at one)",
     )
     args = p.parse_args()
+    check_args(p, args)
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-recovery-"))
     started, host = time.time(), machine()
     shoal_runs, te_runs, failures = [], [], []

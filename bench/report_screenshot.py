@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -25,6 +26,19 @@ from shoal.report.screenshot import screenshot
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from unit.report.synthetic_run import write_synthetic_run  # noqa: E402
 
+MIN_STEPS = 8  # the synthetic run's scripted events fit in no fewer
+
+
+def _window(text: str) -> tuple[int, int]:
+    """WIDTHxHEIGHT in pixels, each at least 1 (argparse type)."""
+    try:
+        width, height = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        width = height = 0
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"must look like 1280x2000, got {text!r}")
+    return width, height
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
@@ -35,12 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="screenshot path (None: DIR/report_screenshot.png)")
     parser.add_argument("--chromium", help="browser binary (None: chromium on PATH)")
     parser.add_argument("--steps", type=int, default=40, help="steps of the synthetic run")
-    parser.add_argument("--window", default="1280x2000", help="window size WIDTHxHEIGHT")
+    parser.add_argument(
+        "--window", type=_window, default="1280x2000", help="window size WIDTHxHEIGHT"
+    )
     args = parser.parse_args(argv)
-    try:
-        width, height = (int(x) for x in args.window.lower().split("x"))
-    except ValueError:
-        parser.error(f"--window must look like 1280x2000, got {args.window!r}")
+    width, height = args.window
+    if args.directory and not Path(args.directory).is_dir():
+        parser.error(f"no run directory {args.directory!r}")
+    if not args.directory and args.steps < MIN_STEPS:
+        parser.error(
+            f"--steps must be at least {MIN_STEPS} (the synthetic run's events), not {args.steps}"
+        )
+    if args.chromium and shutil.which(args.chromium) is None:
+        parser.error(f"--chromium: no browser {args.chromium!r} (not an executable, nor on PATH)")
+    if args.out and Path(args.out).is_dir():
+        parser.error(f"--out: {args.out} is a directory")
 
     if args.directory:
         directory = Path(args.directory)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import platform
 import statistics
@@ -54,12 +55,28 @@ def step_times(cfg: dict, ratios: list[float], batch: int, seq: int, rounds: int
     return {r: (statistics.median(wall[r]), statistics.median(cpu[r])) for r in ratios}
 
 
+def _ratios(text: str) -> list[float]:
+    """A comma list of ckpt_ratio values, each from 0 to 1 (argparse type)."""
+    ratios = []
+    for item in text.split(","):
+        try:
+            ratio = float(item)
+        except ValueError:
+            ratio = math.nan
+        if not 0 <= ratio <= 1:
+            raise argparse.ArgumentTypeError(f"not a ratio from 0 to 1: {item!r}")
+        ratios.append(ratio)
+    return ratios
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--ratios", default="0,0.25,0.5,0.75,1", help="ckpt_ratio values, comma list")
+    p.add_argument(
+        "--ratios", type=_ratios, default="0,0.25,0.5,0.75,1", help="ckpt_ratio values, comma list"
+    )
     p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
     p.add_argument("--n-embd", type=int, default=128, help="embedding width")
     p.add_argument("--n-head", type=int, default=4, help="attention heads")
@@ -69,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=6, help="timed steps per ratio")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     args = p.parse_args(argv)
+    sizes = ("n_layer", "n_embd", "n_head", "vocab_size", "seq_len", "batch_size", "rounds")
+    for flag in (*sizes, "threads"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
+    if args.n_embd % args.n_head:
+        p.error(f"--n-embd {args.n_embd} must be a multiple of --n-head {args.n_head}")
     cfg = {
         "n_layer": args.n_layer,
         "n_embd": args.n_embd,
@@ -76,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "vocab_size": args.vocab_size,
         "block_size": args.seq_len,
     }
-    ratios = [float(r) for r in args.ratios.split(",")]
+    ratios = args.ratios
     rows = []
     for ratio in ratios:
         spec = TrialSpec(

@@ -28,6 +28,7 @@ import torch
 
 from shoal.tune import SearchSpace, TrialSpec, tune
 
+N_HEAD = 4
 STAGES = [  # (label, fusion, ckpt_ratio, world_size)
     ("vanilla", False, 0.0, 1),
     ("+ fusion", True, 0.0, 1),
@@ -36,27 +37,46 @@ STAGES = [  # (label, fusion, ckpt_ratio, world_size)
 ]
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """A comma list of micro-batch sizes, whole numbers >= 1 (argparse type)."""
+    sizes = []
+    for item in text.split(","):
+        if not item.strip().isdecimal() or int(item) < 1:
+            raise argparse.ArgumentTypeError(f"not a batch size (a whole number >= 1): {item!r}")
+        sizes.append(int(item))
+    return tuple(sizes)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--memory-cap-mb", type=float, default=600.0, help="peak memory per process")
-    p.add_argument("--batch-sizes", default="2,4,8,16,32", help="candidate micro-batch sizes")
+    p.add_argument(
+        "--batch-sizes", type=_sizes, default="2,4,8,16,32", help="candidate micro-batch sizes"
+    )
     p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
     p.add_argument("--n-embd", type=int, default=128, help="embedding width")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence")
     p.add_argument("--steps", type=int, default=3, help="measured steps per trial")
     args = p.parse_args(argv)
+    if not args.memory_cap_mb > 0:  # NaN too
+        p.error(f"--memory-cap-mb must be above 0, not {args.memory_cap_mb}")
+    for flag in ("n_layer", "n_embd", "seq_len", "steps"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
+    if args.n_embd % N_HEAD:
+        p.error(f"--n-embd must be a multiple of the {N_HEAD} attention heads, not {args.n_embd}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = {
         "n_layer": args.n_layer,
         "n_embd": args.n_embd,
-        "n_head": 4,
+        "n_head": N_HEAD,
         "vocab_size": 1024,
         "block_size": args.seq_len,
     }
-    batch_sizes = tuple(int(b) for b in args.batch_sizes.split(","))
+    batch_sizes = args.batch_sizes
     stages, vanilla = [], None
     for label, fusion, ratio, world in STAGES:
         base = TrialSpec(

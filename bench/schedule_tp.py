@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="fresh runs per layout")
     p.add_argument("--skip-throughput", action="store_true", help="the numerics only")
     args = p.parse_args(argv)
+    for flag in ("steps", "batch_size", "repeats"):  # checked before the numerics run
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
     result = {
         "bench": "schedule_tp",
         "torch": torch.__version__,

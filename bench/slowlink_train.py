@@ -409,16 +409,82 @@ def next_port(args) -> int:
     return args.port
 
 
+def _names(known: tuple[str, ...], what: str):
+    """A comma list of names from `known` (argparse type)."""
+
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
+            )
+        return names
+
+    return parse
+
+
+def _rates(text: str) -> list[float]:
+    """A comma list of link rates in Mbit/s, each above 0 (argparse type)."""
+    rates = []
+    for item in text.split(","):
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not 0 < rate < math.inf:
+            raise argparse.ArgumentTypeError(f"not a rate in Mbit/s above 0: {item!r}")
+        rates.append(rate)
+    return rates
+
+
+def _target(text: str) -> tuple[str, float]:
+    """MODEL=LOSS: a model's target validation loss, above 0 (argparse type)."""
+    name, _, loss = text.partition("=")
+    if name not in MODELS:
+        raise argparse.ArgumentTypeError(
+            f"not MODEL=LOSS with a model of {', '.join(MODELS)}: {text!r}"
+        )
+    try:
+        value = float(loss)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"not MODEL=LOSS with a loss above 0: {text!r}")
+    return name, value
+
+
+def check_args(parser: argparse.ArgumentParser, args) -> None:
+    """Bounds, before the bed is built or any side runs."""
+    if not 0 < args.keep < 1:
+        parser.error(f"--keep must be a ratio between 0 and 1 (both excluded), not {args.keep}")
+    for flag in ("local_steps", "outer_overlap", "powersgd_rank"):
+        if getattr(args, flag) < 1:
+            value = getattr(args, flag)
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1, not {value}")
+    for flag in ("local_budget", "side_timeout"):
+        if not 0 < getattr(args, flag) < math.inf:
+            value = getattr(args, flag)
+            parser.error(f"--{flag.replace('_', '-')} must be a number above 0, not {value}")
+    if args.out and args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out: {args.out} is not a directory")
+
+
 def parse(argv):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--rates", default="100,500,1000", help="link rates, Mbit/s")
+    parser.add_argument("--rates", type=_rates, default="100,500,1000", help="link rates, Mbit/s")
     parser.add_argument(
-        "--models", default=None, help="comma list (None: transformer,digits; --smoke: transformer)"
+        "--models",
+        type=_names(tuple(MODELS), "model"),
+        default=None,
+        help="comma list (None: transformer,digits; --smoke: transformer)",
     )
-    parser.add_argument("--sides", default=",".join(SIDES), help="comma list")
+    parser.add_argument(
+        "--sides", type=_names(SIDES, "side"), default=",".join(SIDES), help="comma list"
+    )
     parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
     parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")
     parser.add_argument("--outer-overlap", type=int, default=10, help="the overlap side's D")
@@ -426,6 +492,7 @@ def parse(argv):
     parser.add_argument("--powersgd-rank", type=int, default=4, help="the powersgd side's rank")
     parser.add_argument(
         "--target",
+        type=_target,
         action="append",
         default=[],
         metavar="MODEL=LOSS",
@@ -437,7 +504,8 @@ def parse(argv):
     )
     parser.add_argument("--smoke", action="store_true", help="one rate, a tiny model: seconds")
     args = parser.parse_args(argv)
-    args.targets = {k: float(v) for k, v in (t.split("=", 1) for t in args.target)}
+    check_args(parser, args)
+    args.targets = dict(args.target)
     args.port = RDZV_PORT + 100
     return args
 
@@ -448,13 +516,13 @@ def main(argv: list[str] | None = None) -> int:
     if reason:
         print(f"slowlink_train: error: {reason}", file=sys.stderr)
         return 2
-    names = (args.models or ("transformer" if args.smoke else "transformer,digits")).split(",")
+    names = args.models or (["transformer"] if args.smoke else ["transformer", "digits"])
     models = {m: (SMOKE if args.smoke else MODELS)[m] for m in names}
-    rates = [1000.0] if args.smoke else [float(r) for r in args.rates.split(",")]
+    rates = [1000.0] if args.smoke else args.rates
     if args.smoke:
         args.local_steps, args.side_timeout = 2, 180.0
     args.outer_overlap = min(args.outer_overlap, args.local_steps)
-    sides = args.sides.split(",")
+    sides = args.sides
     work = args.out or pathlib.Path(tempfile.mkdtemp(prefix="slowlink-train-"))
     work.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the bed is torn down on exit

@@ -2,7 +2,8 @@
 the uninterrupted run ends.
 
     python bench/soak.py                        # the full soak: 2,000 steps, >= 100 events
-    python bench/soak.py --steps 150 --events 8 # the short version tests/dist/test_soak.py runs
+    python bench/soak.py --steps 150 --events 8 --checkpoint-every 20 --loss-at 60 --host-s 0.01
+                                                # the short version tests/dist/test_soak.py runs
 
 Job: examples/digits.py, micro_batch_size=32, global_batch_size=256 (M=8), on `shoal run
 --workers v100,k80,k80`. A generator seeded by --seed draws the events: each departure (an
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import random
@@ -244,6 +246,26 @@ def soak(
     return summarize(out, events, loss, result, reference_digest(steps))
 
 
+def check_args(p: argparse.ArgumentParser, args, loss_at: int) -> None:
+    """Before any run: a total loss inside the run, a durable checkpoint before it to resume
+    from, at least one event, a pace and a directory for the run."""
+    if args.steps < 2:
+        p.error(f"--steps must be at least 2 (a step before the total loss), not {args.steps}")
+    if not 1 <= loss_at < args.steps:
+        p.error(f"--loss-at must be from 1 to --steps - 1 = {args.steps - 1}, not {loss_at}")
+    if not 1 <= args.checkpoint_every <= loss_at:
+        p.error(
+            f"--checkpoint-every must be from 1 to the total loss's step {loss_at} (a checkpoint "
+            f"to resume from), not {args.checkpoint_every}"
+        )
+    if args.events < 1:
+        p.error(f"--events must be at least 1, not {args.events}")
+    if not 0 < args.host_s < math.inf:
+        p.error(f"--host-s must be a positive number of seconds, not {args.host_s}")
+    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
+        p.error(f"--out: {args.out} is not a directory")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -260,6 +282,7 @@ def main() -> None:
     p.add_argument("--out", default=None, help="run directory (None: a temporary one)")
     args = p.parse_args()
     loss_at = args.loss_at if args.loss_at is not None else int(args.steps * 0.6)
+    check_args(p, args, loss_at)
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-soak-")) / "run"
     started = time.monotonic()
     report = soak(

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -82,6 +83,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import shoal.control.scaler as scaler_mod  # noqa: E402
+from shoal.cluster.provider import load_spot_trace, parse_spot_lifetimes  # noqa: E402
+from shoal.config.provider import ProviderConfig  # noqa: E402
+from shoal.errors import UserError  # noqa: E402
 from shoal.sim.replay import simulate  # noqa: E402
 from shoal.sim.scenario import Scenario  # noqa: E402
 
@@ -92,12 +96,62 @@ SIDES = ("scaler", "on-demand", "restart")
 TIMEOUT_S = 1800.0  # a restart run of 14 emulated hours takes about 11 wall minutes at 80
 
 
+def _seeds(text: str) -> list[int]:
+    """A comma list of provider seeds, whole numbers (argparse type); blank items are skipped."""
+    seeds = []
+    for item in (s.strip() for s in text.split(",")):
+        try:
+            seeds += [int(item)] if item else []
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a seed (a whole number): {item!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"no seed in {text!r}")
+    return seeds
+
+
+def check_args(p: argparse.ArgumentParser, args) -> None:
+    """Every value a run would refuse, refused before the fixed run starts: the provider flags
+    as `shoal run` checks them, the lifetime model or trace, the prior's seconds."""
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, not {args.steps}")
+    if args.checkpoint_every < 0:
+        p.error(f"--checkpoint-every must be at least 0, not {args.checkpoint_every}")
+    if not 0 < args.host_s < math.inf:
+        p.error(f"--host-s must be a number of seconds above 0, not {args.host_s}")
+    for flag, value in (("--overhead-s", args.overhead_s), ("--change-s", args.change_s)):
+        if not 0 <= value < math.inf:
+            p.error(f"{flag} must be a number of seconds, at least 0, not {value}")
+    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
+        p.error(f"--out: {args.out} is not a directory")
+    if args.spot_trace is not None and not args.spot_trace.strip():
+        p.error("--spot-trace: no file given")
+    try:
+        ProviderConfig(
+            name="local", autoscale=True, deadline=args.deadline, kinds=",".join(KINDS),
+            time_scale=args.time_scale, max_servers=args.max_servers, startup_s=args.startup,
+            notice=args.notice, spot_trace=args.spot_trace,
+        )  # fmt: skip
+        if args.spot_trace:
+            load_spot_trace(args.spot_trace)
+    except UserError as exc:
+        p.error(str(exc))
+    if not args.spot_trace:
+        if not args.lifetimes.strip():
+            p.error("--lifetimes: no lifetime model given")
+        try:  # as the provider reads them (provider_flags)
+            parse_spot_lifetimes(",".join(f"{k}:{args.lifetimes}" for k in KINDS))
+        except UserError as exc:
+            p.error(f"--lifetimes: {exc}")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--seeds", default="0,1,2,3,4", help="provider seeds, comma-separated")
+    p.add_argument(
+        "--seeds", type=_seeds, default="0,1,2,3,4", help="provider seeds, comma-separated"
+    )
     p.add_argument("--sides", default=",".join(SIDES), help="comma list of the sides to run")
     p.add_argument("--steps", type=int, default=60, help="steps per run")
     p.add_argument("--deadline", default="10h", help="the goal of the scaler (emulated)")
@@ -116,14 +170,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="1 seed, 8 fast steps, a 2 h deadline")
     args = p.parse_args(argv)
     if args.smoke:
-        args.seeds, args.steps, args.deadline, args.host_s = "0", 8, "2h", 0.05
+        args.seeds, args.steps, args.deadline, args.host_s = [0], 8, "2h", 0.05
         args.time_scale = 360.0  # the plumbing only: fast, not the faithful scale
         args.checkpoint_every = 2
-    args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
+    args.seed_list = args.seeds
     args.side_list = [s.strip() for s in args.sides.split(",") if s.strip()]
     bad = sorted(set(args.side_list) - set(SIDES))
     if bad:
         p.error(f"unknown side {bad[0]!r} (one of {', '.join(SIDES)})")
+    if not args.side_list:
+        p.error(f"--sides: no side in {args.sides!r} (one of {', '.join(SIDES)})")
+    check_args(p, args)
     return args
 
 

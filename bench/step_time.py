@@ -16,6 +16,8 @@ import statistics
 from _common import (
     JOBS,
     as_options,
+    check_batches,
+    check_runs,
     ddp_step_times,
     machine,
     per_repeat,
@@ -42,14 +44,19 @@ def main() -> None:
     p.add_argument("--micro-batch-size", type=int, help="b (None: the job's own)")
     p.add_argument("--global-batch-size", type=int, help="B (None: the job's own)")
     args = p.parse_args()
+    check_runs(p, args)
+    jobs = {}
     for name, defaults in CONFIGS.items():
         if args.job not in (None, name):
             continue
         options = dict(defaults)
-        if args.micro_batch_size:
+        if args.micro_batch_size is not None:
             options["micro_batch_size"] = args.micro_batch_size
-        if args.global_batch_size:
+        if args.global_batch_size is not None:
             options["global_batch_size"] = args.global_batch_size
+        check_batches(p, options["micro_batch_size"], options["global_batch_size"])
+        jobs[name] = options
+    for name, options in jobs.items():
         job = str(JOBS[name])
         runs = {"exact": [], "fast": [], "ddp": []}
         for r in range(args.repeats):  # interleaved, so drift on the host hits all alike

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -52,7 +53,14 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=0, help="seeds the model and the data order")
     args = p.parse_args()
+    for flag in ("steps", "checkpoint_every", "global_batch_size"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
+    if not 0 < args.lr < math.inf:
+        p.error(f"--lr must be a learning rate above 0, not {args.lr}")
     out = pathlib.Path(args.out)
+    if out.exists() and not out.is_dir():
+        p.error(f"--out: {out} is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     events, ckpt = out / "log.jsonl", out / "checkpoint.pt"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -3,6 +3,7 @@ changing the link rate. Rank 0 writes each phase's throughput as JSON into the s
 
 import argparse
 import json
+import math
 import pathlib
 import time
 
@@ -20,6 +21,13 @@ def main() -> None:
     parser.add_argument("--phases", type=int, required=True)
     parser.add_argument("--sync-dir", type=pathlib.Path, required=True)
     args = parser.parse_args()
+    if not 0 < args.size_mb < math.inf:
+        parser.error(f"--size-mb must be a size above 0, not {args.size_mb}")
+    for flag, value in (("--iters", args.iters), ("--phases", args.phases)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, not {value}")
+    if not args.sync_dir.is_dir():
+        parser.error(f"--sync-dir: no directory {str(args.sync_dir)!r}")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     data = torch.ones(int(args.size_mb * 2**20 / 4))

@@ -6,6 +6,7 @@ changes the link rate between phases; rank 0 writes each phase's per-step rows a
 
 import argparse
 import json
+import math
 import pathlib
 import time
 
@@ -75,6 +76,13 @@ def main() -> None:
     parser.add_argument("--phases", type=int, required=True)
     parser.add_argument("--sync-dir", type=pathlib.Path, required=True)
     args = parser.parse_args()
+    for flag, value in (("--steps", args.steps), ("--phases", args.phases)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, not {value}")
+    if not 0 <= args.compute_s < math.inf:
+        parser.error(f"--compute-s must be a number of seconds, at least 0, not {args.compute_s}")
+    if not args.sync_dir.is_dir():
+        parser.error(f"--sync-dir: no directory {str(args.sync_dir)!r}")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+from shoal.errors import UserError
 from shoal.job import build_job, load_job_file, parse_options
 from shoal.plan import DataOrder, data_seed, micro_batch_seed
 from shoal.runtime.trainer import batch_reader, seed_everything
@@ -62,10 +63,25 @@ def main() -> None:
     parser.add_argument("--powersgd", type=int, default=0, help="PowerSGD rank (0: off)")
     parser.add_argument("--out", type=pathlib.Path, required=True)
     args = parser.parse_args()
+    if not pathlib.Path(args.job).is_file():
+        parser.error(f"no job file {args.job!r}")
+    for flag, value, low in (
+        ("--steps", args.steps, 1),
+        ("--eval-every", args.eval_every, 1),
+        ("--powersgd", args.powersgd, 0),
+    ):
+        if value < low:
+            parser.error(f"{flag} must be at least {low}, not {value}")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out: {args.out} is not a directory")
+    try:
+        options = parse_options(args.option)
+    except UserError as exc:
+        parser.error(f"--option: {exc}")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
     rank, world = dist.get_rank(), dist.get_world_size()
-    job = build_job(load_job_file(args.job), parse_options(args.option), None)
+    job = build_job(load_job_file(args.job), options, None)
     m = job.num_micro_batches
     if m % world:
         raise SystemExit(f"DDP's equal split needs M={m} divisible by {world}")

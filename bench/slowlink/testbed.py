@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import pathlib
 import shutil
@@ -251,6 +252,20 @@ def _drive_phases(bed, rates_mbit, sync, procs, deadline) -> list[dict]:
     return results
 
 
+def _rates(text: str) -> list[float]:
+    """A comma list of link rates in Mbit/s, each above 0 (argparse type)."""
+    rates = []
+    for item in text.split(","):
+        try:
+            rate = float(item)
+        except ValueError:
+            rate = math.nan
+        if not 0 < rate < math.inf:
+            raise argparse.ArgumentTypeError(f"not a rate in Mbit/s above 0: {item!r}")
+        rates.append(rate)
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -260,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         "--probe", choices=["allreduce", "controller"], default="allreduce", help="what to run"
     )
     parser.add_argument("--sites", type=int, default=2, help="network namespaces, a worker each")
-    parser.add_argument("--rates", default="100,500,1000", help="Mbit/s, one phase each")
+    parser.add_argument(
+        "--rates", type=_rates, default="100,500,1000", help="Mbit/s, one phase each"
+    )
     parser.add_argument("--size-mb", type=float, default=8.0, help="allreduce: tensor size")
     parser.add_argument("--iters", type=int, default=5, help="allreduce: calls per phase")
     parser.add_argument("--steps", type=int, default=10, help="controller: steps per phase")
@@ -269,6 +286,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sweep", action="store_true", help="only delete stale namespaces")
     args = parser.parse_args(argv)
+    for flag, value, low in (
+        ("--sites", args.sites, 2),
+        ("--iters", args.iters, 1),
+        ("--steps", args.steps, 1),
+    ):
+        if value < low:
+            parser.error(f"{flag} must be at least {low}, not {value}")
+    if not 0 < args.size_mb < math.inf:
+        parser.error(f"--size-mb must be a size above 0, not {args.size_mb}")
+    if not 0 <= args.compute_s < math.inf:
+        parser.error(f"--compute-s must be a number of seconds, at least 0, not {args.compute_s}")
     reason = bed_available()
     if reason:
         print(f"slowlink: error: {reason}", file=sys.stderr)
@@ -278,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # SIGTERM becomes an exception, so the `with` below tears the bed down as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    rates = [float(r) for r in args.rates.split(",")]
+    rates = args.rates
     with SlowLinkBed(args.sites, rates[0]) as bed:
         if args.probe == "allreduce":
             rows = run_allreduce_probe(bed, rates, args.size_mb, args.iters)

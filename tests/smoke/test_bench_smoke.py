@@ -125,6 +125,152 @@ def test_help_prints_usage_and_runs_nothing(script):
         (["bench/sim_jobload.py", "--workloads", "1,6"], "argument --workloads: not N or LO-HI"),
         (["bench/sim_jobload.py", "--policies", "nope"], "argument --policies: unknown policy"),
         (["bench/sim_jobload.py", "--workloads", "9"], "--workloads: Pollux's workloads are 1-8"),
+        (
+            ["bench/sim_jobload.py", "--policies", "tiresias", "--workloads", "1", "--loads", "0.5"]
+            + ["--philly-seeds", "0", "--plot", "no-such-dir/plot.png"],
+            "--plot: no directory 'no-such-dir' to write into",
+        ),
+        # bench/adaptive_batch.py
+        (["bench/adaptive_batch.py", "--seeds", "0,x"], "argument --seeds: not a seed"),
+        (["bench/adaptive_batch.py", "--tasks", "nope"], "argument --tasks: unknown task 'nope'"),
+        (["bench/adaptive_batch.py", "--sides", "nope"], "argument --sides: unknown side 'nope'"),
+        (["bench/adaptive_batch.py", "--sides", "fixed-40"], "--sides: fixed-40: the batch is"),
+        (["bench/adaptive_batch.py", "--workers", "v100,nope"], "argument --workers: unknown"),
+        (["bench/adaptive_batch.py", "--eval-every", "0"], "--eval-every must be at least 1"),
+        (["bench/adaptive_batch.py", "--max-steps", "0"], "--max-steps must be at least 1"),
+        (["bench/adaptive_batch.py", "--toy", "--batch-every", "0"], "--batch-every must be at"),
+        (["bench/adaptive_batch.py", "--target-digits", "2"], "--target-digits is an accuracy"),
+        (["bench/adaptive_batch.py", "--toy-target", "-1"], "--toy-target must be a loss above"),
+        (["bench/adaptive_batch.py", "--json", "no-such-dir/a.json"], "--json: no directory"),
+        # the step-time benches (bench/_common.py's check_runs, check_batches)
+        (["bench/batch_stats_overhead.py", "--workers", "nope"], "argument --workers: unknown"),
+        (["bench/batch_stats_overhead.py", "--repeats", "0"], "--repeats must be at least 1"),
+        (["bench/batch_stats_overhead.py", "--steps", "2", "--warmup", "1"], "--steps must be"),
+        (
+            ["bench/batch_stats_overhead.py", "--steps", "2", "--warmup", "0", "--every", "0"],
+            "--every must be at least 1, not 0",
+        ),
+        (["bench/step_time.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
+        (["bench/step_time.py", "--micro-batch-size", "0"], "--micro-batch-size must be at least"),
+        (["bench/step_time.py", "--micro-batch-size", "48"], "--global-batch-size 256 must be"),
+        (["bench/hetero_throughput.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
+        (["bench/hetero_throughput.py", "--micro-batch-size", "48"], "--global-batch-size 256"),
+        # bench/recovery.py
+        (["bench/recovery.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
+        (["bench/recovery.py", "--sides", "shoal", "--shoal-steps", "10"], "--shoal-steps must"),
+        (["bench/recovery.py", "--torchrun-steps", "55"], "--torchrun-steps must be more than 55"),
+        (["bench/recovery.py", "--out", "pyproject.toml"], "--out: pyproject.toml is not a dir"),
+        # bench/report_screenshot.py
+        (["bench/report_screenshot.py", "--window", "0x0"], "argument --window: must look like"),
+        (["bench/report_screenshot.py", "--steps", "7"], "--steps must be at least 8"),
+        (["bench/report_screenshot.py", "no-such-run"], "no run directory 'no-such-run'"),
+        (["bench/report_screenshot.py", "--chromium", "no-such-browser"], "--chromium: no browser"),
+        (["bench/report_screenshot.py", "--out", "bench"], "--out: bench is a directory"),
+        # the schedule benches
+        (["bench/schedule_ckpt.py", "--ratios", "0,1.5"], "argument --ratios: not a ratio from"),
+        (["bench/schedule_ckpt.py", "--rounds", "0"], "--rounds must be at least 1, not 0"),
+        (["bench/schedule_ckpt.py", "--n-embd", "130"], "--n-embd 130 must be a multiple of"),
+        (["bench/schedule_progressive.py", "--batch-sizes", "2,0"], "argument --batch-sizes: not"),
+        (
+            ["bench/schedule_progressive.py", "--memory-cap-mb", "0"],
+            "--memory-cap-mb must be above",
+        ),
+        (["bench/schedule_progressive.py", "--steps", "0"], "--steps must be at least 1, not 0"),
+        (["bench/schedule_progressive.py", "--n-embd", "130"], "--n-embd must be a multiple of"),
+        (["bench/schedule_tp.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
+        # bench/soak.py
+        (["bench/soak.py", "--steps", "1"], "--steps must be at least 2"),
+        (["bench/soak.py", "--steps", "150", "--loss-at", "150"], "--loss-at must be from 1 to"),
+        (["bench/soak.py", "--steps", "150", "--events", "8"], "--checkpoint-every must be from 1"),
+        (["bench/soak.py", "--events", "0"], "--events must be at least 1, not 0"),
+        (["bench/soak.py", "--host-s", "0"], "--host-s must be a positive number of seconds"),
+        (["bench/soak.py", "--out", "pyproject.toml"], "--out: pyproject.toml is not a directory"),
+        # bench/spot_savings.py: refused before its fixed run
+        (["bench/spot_savings.py", "--seeds", "x"], "argument --seeds: not a seed"),
+        (["bench/spot_savings.py", "--sides", ","], "--sides: no side in ','"),
+        (["bench/spot_savings.py", "--steps", "0"], "--steps must be at least 1, not 0"),
+        (["bench/spot_savings.py", "--checkpoint-every", "-1"], "--checkpoint-every must be at"),
+        (["bench/spot_savings.py", "--host-s", "0"], "--host-s must be a number of seconds above"),
+        (["bench/spot_savings.py", "--overhead-s", "-1"], "--overhead-s must be a number of sec"),
+        (["bench/spot_savings.py", "--deadline", "soon"], "--deadline: expected a duration"),
+        (["bench/spot_savings.py", "--time-scale", "0"], "--time-scale must be > 0"),
+        (["bench/spot_savings.py", "--notice", "x"], "--notice: expected seconds or none"),
+        (["bench/spot_savings.py", "--startup", "-1"], "--startup must be from 0 to 86,400 s"),
+        (["bench/spot_savings.py", "--max-servers", "0"], "--max-servers must be >= 1"),
+        (["bench/spot_savings.py", "--lifetimes", "nope"], "--lifetimes: unknown revocation"),
+        (["bench/spot_savings.py", "--spot-trace", "no-such.csv"], "--spot-trace no-such.csv:"),
+        (["bench/spot_savings.py", "--spot-trace", ""], "--spot-trace: no file given"),
+        (["bench/spot_savings.py", "--out", "pyproject.toml"], "--out: pyproject.toml is not a"),
+        # bench/slowlink_train.py and bench/slowlink/: refused before the bed is built
+        (["bench/slowlink_train.py", "--models", "nope"], "argument --models: unknown model"),
+        (["bench/slowlink_train.py", "--rates", "100,x"], "argument --rates: not a rate in"),
+        (["bench/slowlink_train.py", "--sides", "nope"], "argument --sides: unknown side 'nope'"),
+        (["bench/slowlink_train.py", "--target", "transformer"], "argument --target: not MODEL="),
+        (["bench/slowlink_train.py", "--target", "nope=2"], "argument --target: not MODEL=LOSS"),
+        (["bench/slowlink_train.py", "--keep", "1"], "--keep must be a ratio between 0 and 1"),
+        (["bench/slowlink_train.py", "--local-steps", "0"], "--local-steps must be at least 1"),
+        (["bench/slowlink_train.py", "--side-timeout", "0"], "--side-timeout must be a number"),
+        (["bench/slowlink_train.py", "--out", "pyproject.toml"], "--out: pyproject.toml is not"),
+        (["bench/slowlink/testbed.py", "--rates", "x"], "argument --rates: not a rate in Mbit/s"),
+        (["bench/slowlink/testbed.py", "--sites", "1"], "--sites must be at least 2, not 1"),
+        (["bench/slowlink/testbed.py", "--iters", "0"], "--iters must be at least 1, not 0"),
+        (["bench/slowlink/testbed.py", "--size-mb", "0"], "--size-mb must be a size above 0"),
+        (["bench/slowlink/testbed.py", "--compute-s", "-1"], "--compute-s must be a number of"),
+        (
+            ["bench/slowlink/allreduce_probe.py", "--size-mb", "0", "--iters", "1"]
+            + ["--phases", "1", "--sync-dir", "."],
+            "--size-mb must be a size above 0",
+        ),
+        (
+            ["bench/slowlink/allreduce_probe.py", "--size-mb", "1", "--iters", "0"]
+            + ["--phases", "1", "--sync-dir", "."],
+            "--iters must be at least 1, not 0",
+        ),
+        (
+            ["bench/slowlink/allreduce_probe.py", "--size-mb", "1", "--iters", "1"]
+            + ["--phases", "1", "--sync-dir", "no-such-dir"],
+            "--sync-dir: no directory 'no-such-dir'",
+        ),
+        (
+            ["bench/slowlink/controller_probe.py", "--steps", "0", "--phases", "1"]
+            + ["--sync-dir", "."],
+            "--steps must be at least 1, not 0",
+        ),
+        (
+            ["bench/slowlink/controller_probe.py", "--steps", "1", "--phases", "1"]
+            + ["--compute-s", "-1", "--sync-dir", "."],
+            "--compute-s must be a number of seconds",
+        ),
+        (
+            ["bench/slowlink/ddp_train.py", "no-such-job.py", "--steps", "1"]
+            + ["--eval-every", "1", "--out", "no-such-dir"],
+            "no job file 'no-such-job.py'",
+        ),
+        (
+            ["bench/slowlink/ddp_train.py", "examples/digits.py", "--steps", "1"]
+            + ["--eval-every", "0", "--out", "no-such-dir"],
+            "--eval-every must be at least 1, not 0",
+        ),
+        (
+            ["bench/slowlink/ddp_train.py", "examples/digits.py", "-o", "nope", "--steps", "1"]
+            + ["--eval-every", "1", "--out", "no-such-dir"],
+            "--option: bad option 'nope'",
+        ),
+        # the helpers' own command lines
+        (
+            ["bench/torchelastic_job.py", "--steps", "5", "--checkpoint-every", "0"]
+            + ["--out", "no-such-dir"],
+            "--checkpoint-every must be at least 1, not 0",
+        ),
+        (
+            ["bench/torchelastic_job.py", "--steps", "5", "--lr", "0", "--out", "no-such-dir"],
+            "--lr must be a learning rate above 0",
+        ),
+        (
+            ["bench/torchelastic_job.py", "--steps", "5", "--out", "pyproject.toml"],
+            "--out: pyproject.toml is not a directory",
+        ),
+        (["bench/_common.py", "--ddp", "x"], "argument --ddp: not a JSON list"),
     ],
 )
 def test_bad_arguments_are_a_usage_error(argv, error):
@@ -255,7 +401,7 @@ def test_report_screenshot(tmp_path):
     if find_chromium() is None:
         pytest.skip("no browser: set $SHOAL_BROWSER or put chromium on PATH")
     shot = tmp_path / "shot.png"
-    argv = ["bench/report_screenshot.py", "--steps", "6", "--out", str(shot)]
+    argv = ["bench/report_screenshot.py", "--steps", "8", "--out", str(shot)]
     (row,) = json_lines(run(argv).stdout)
     assert row["screenshot"] == str(shot) and shot.stat().st_size > 0
     assert row["window"] == [1280, 2000]
