@@ -62,6 +62,7 @@ import sys
 import tempfile
 import time
 
+import _args
 import numpy as np
 import torch
 
@@ -460,31 +461,6 @@ def toy_table(sides: dict) -> str:
     return "\n".join(lines)
 
 
-def _names(known: tuple[str, ...], what: str):
-    """A comma list of names from `known` (argparse type)."""
-
-    def parse(text: str) -> list[str]:
-        names = text.split(",")
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
-            )
-        return names
-
-    return parse
-
-
-def _seeds(text: str) -> list[int]:
-    """A comma list of seeds, whole numbers >= 0 (argparse type)."""
-    seeds = []
-    for item in text.split(","):
-        if not item.strip().isdecimal():
-            raise argparse.ArgumentTypeError(f"not a seed (a whole number >= 0): {item!r}")
-        seeds.append(int(item))
-    return seeds
-
-
 def _sides(text: str) -> list[str]:
     """A comma list of sides: fixed-B (B a whole number >= 1) or an adaptive policy."""
     sides = text.split(",")
@@ -496,18 +472,6 @@ def _sides(text: str) -> list[str]:
                 f"{', '.join(ADAPTIVE)})"
             )
     return sides
-
-
-def _workers(text: str) -> str:
-    """The emulated cluster's kinds, as `shoal run --workers` takes them (argparse type)."""
-    from shoal.errors import UserError
-    from shoal.perf.devices import load_devices
-
-    try:
-        load_devices().parse_workers(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def check_args(p: argparse.ArgumentParser, args) -> None:
@@ -538,18 +502,18 @@ def main() -> None:
     )
     p.add_argument(
         "--tasks",
-        type=_names(tuple(TASKS), "task"),
+        type=_args.names(TASKS, "task"),
         default="digits,shakespeare",
         help="comma list of digits, shakespeare, reverse",
     )
     p.add_argument(
-        "--seeds", type=_seeds, default=None, help="comma list (None: 0,1,2; --toy: 0..15)"
+        "--seeds", type=_args.seeds, default=None, help="comma list (None: 0,1,2; --toy: 0..15)"
     )
     p.add_argument(
         "--sides", type=_sides, default=None, help="comma list (None: the sweep + adaptive)"
     )
     p.add_argument(
-        "--workers", type=_workers, default="v100,k80,k80", help="the emulated cluster's kinds"
+        "--workers", type=_args.workers, default="v100,k80,k80", help="the emulated cluster's kinds"
     )
     p.add_argument("--eval-every", type=int, default=10, help="steps between evaluations")
     p.add_argument("--max-steps", type=int, default=600, help="a run's steps at most")

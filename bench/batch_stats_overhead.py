@@ -18,6 +18,7 @@ import argparse
 import json
 import statistics
 
+import _args
 from _common import (
     JOBS,
     as_options,
@@ -30,18 +31,6 @@ from _common import (
     step_periods,
 )
 from step_time import CONFIGS  # the same (b, B) per job as the engine's step-time bench
-
-
-def _workers(text: str) -> str:
-    """The emulated workers' kinds, as `shoal run --workers` takes them (argparse type)."""
-    from shoal.errors import UserError
-    from shoal.perf.devices import load_devices
-
-    try:
-        load_devices().parse_workers(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
 
 
 def side_flags(side: str, batch: int, every: int) -> list[str]:
@@ -89,7 +78,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
     p.add_argument("--repeats", type=int, default=5, help="runs of each side")
     p.add_argument(
-        "--workers", type=_workers, default="v100,v100", help="the emulated workers' kinds"
+        "--workers", type=_args.workers, default="v100,v100", help="the emulated workers' kinds"
     )
     p.add_argument("--every", type=int, default=100, help="the similarity's interval P")
     p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")

@@ -22,12 +22,12 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import os
 import platform
 import statistics
 import time
 
+import _args
 import torch
 
 from shoal.models import get_model_entry
@@ -55,27 +55,16 @@ def step_times(cfg: dict, ratios: list[float], batch: int, seq: int, rounds: int
     return {r: (statistics.median(wall[r]), statistics.median(cpu[r])) for r in ratios}
 
 
-def _ratios(text: str) -> list[float]:
-    """A comma list of ckpt_ratio values, each from 0 to 1 (argparse type)."""
-    ratios = []
-    for item in text.split(","):
-        try:
-            ratio = float(item)
-        except ValueError:
-            ratio = math.nan
-        if not 0 <= ratio <= 1:
-            raise argparse.ArgumentTypeError(f"not a ratio from 0 to 1: {item!r}")
-        ratios.append(ratio)
-    return ratios
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
-        "--ratios", type=_ratios, default="0,0.25,0.5,0.75,1", help="ckpt_ratio values, comma list"
+        "--ratios",
+        type=_args.ratios,
+        default="0,0.25,0.5,0.75,1",
+        help="ckpt_ratio values, comma list",
     )
     p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
     p.add_argument("--n-embd", type=int, default=128, help="embedding width")

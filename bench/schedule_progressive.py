@@ -23,6 +23,7 @@ import json
 import os
 import platform
 
+import _args
 import optuna
 import torch
 
@@ -37,16 +38,6 @@ STAGES = [  # (label, fusion, ckpt_ratio, world_size)
 ]
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    """A comma list of micro-batch sizes, whole numbers >= 1 (argparse type)."""
-    sizes = []
-    for item in text.split(","):
-        if not item.strip().isdecimal() or int(item) < 1:
-            raise argparse.ArgumentTypeError(f"not a batch size (a whole number >= 1): {item!r}")
-        sizes.append(int(item))
-    return tuple(sizes)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -54,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--memory-cap-mb", type=float, default=600.0, help="peak memory per process")
     p.add_argument(
-        "--batch-sizes", type=_sizes, default="2,4,8,16,32", help="candidate micro-batch sizes"
+        "--batch-sizes", type=_args.sizes, default="2,4,8,16,32", help="candidate micro-batch sizes"
     )
     p.add_argument("--n-layer", type=int, default=8, help="GPT blocks")
     p.add_argument("--n-embd", type=int, default=128, help="embedding width")
@@ -76,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         "vocab_size": 1024,
         "block_size": args.seq_len,
     }
-    batch_sizes = args.batch_sizes
+    batch_sizes = tuple(args.batch_sizes)
     stages, vanilla = [], None
     for label, fusion, ratio, world in STAGES:
         base = TrialSpec(

@@ -20,41 +20,14 @@ import statistics
 from multiprocessing import Pool
 from pathlib import Path
 
+import _args
+
 from shoal.sim.policies import POLICIES
 from shoal.sim.run import simulate
 from shoal.sim.simulator import SimConfig
 
 LOADS = ("0.5", "1.0", "1.5", "2.0")
 PHILLY_CLUSTER, PHILLY_SPOT = "hetero-64", "0.5:gce"
-
-
-def _ids(text: str) -> list[int]:
-    """N or LO-HI (1 <= LO <= HI); 0 or nothing: none."""
-    if text in ("", "0"):
-        return []
-    lo, _, hi = text.partition("-")
-    try:
-        first, last = int(lo), int(hi or lo)
-    except ValueError:
-        first, last = 0, -1
-    if not 1 <= first <= last:
-        raise argparse.ArgumentTypeError(f"not N or LO-HI: {text!r}")
-    return list(range(first, last + 1))
-
-
-def _names(known: tuple[str, ...], what: str):
-    """A comma list of names from `known` (argparse type)."""
-
-    def parse(text: str) -> list[str]:
-        names = text.split(",")
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
-            )
-        return names
-
-    return parse
 
 
 def _run(case: tuple) -> dict:
@@ -144,12 +117,14 @@ def main() -> None:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    policy = _names(tuple(POLICIES), "policy")
+    policy = _args.names(POLICIES, "policy")
     ap.add_argument("--policies", type=policy, default=",".join(POLICIES), help="comma list")
-    ap.add_argument("--workloads", type=_ids, default="1-8", help="Pollux workloads, N or LO-HI")
-    ap.add_argument("--loads", type=_names(LOADS, "load"), default=",".join(LOADS),
+    ap.add_argument(
+        "--workloads", type=_args.span, default="1-8", help="Pollux workloads, N or LO-HI"
+    )
+    ap.add_argument("--loads", type=_args.names(LOADS, "load"), default=",".join(LOADS),
                     help="job loads, comma list")  # fmt: skip
-    ap.add_argument("--philly-seeds", type=_ids, default="1-5",
+    ap.add_argument("--philly-seeds", type=_args.span, default="1-5",
                     help="N or LO-HI (0: no Philly spot samples)")  # fmt: skip
     ap.add_argument("--procs", type=int, default=1, help="simulations run in parallel")
     ap.add_argument("--plot", type=Path, default=None, help="write the plot here (None: no plot)")

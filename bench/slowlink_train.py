@@ -78,6 +78,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
+import _args  # noqa: E402
 from slowlink.testbed import RDZV_PORT, WAN, SlowLinkBed, bed_available  # noqa: E402
 
 from shoal.config import SlowLinkConfig  # noqa: E402
@@ -409,35 +410,6 @@ def next_port(args) -> int:
     return args.port
 
 
-def _names(known: tuple[str, ...], what: str):
-    """A comma list of names from `known` (argparse type)."""
-
-    def parse(text: str) -> list[str]:
-        names = text.split(",")
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise argparse.ArgumentTypeError(
-                f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})"
-            )
-        return names
-
-    return parse
-
-
-def _rates(text: str) -> list[float]:
-    """A comma list of link rates in Mbit/s, each above 0 (argparse type)."""
-    rates = []
-    for item in text.split(","):
-        try:
-            rate = float(item)
-        except ValueError:
-            rate = math.nan
-        if not 0 < rate < math.inf:
-            raise argparse.ArgumentTypeError(f"not a rate in Mbit/s above 0: {item!r}")
-        rates.append(rate)
-    return rates
-
-
 def _target(text: str) -> tuple[str, float]:
     """MODEL=LOSS: a model's target validation loss, above 0 (argparse type)."""
     name, _, loss = text.partition("=")
@@ -475,15 +447,17 @@ def parse(argv):
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--rates", type=_rates, default="100,500,1000", help="link rates, Mbit/s")
+    parser.add_argument(
+        "--rates", type=_args.rates, default="100,500,1000", help="link rates, Mbit/s"
+    )
     parser.add_argument(
         "--models",
-        type=_names(tuple(MODELS), "model"),
+        type=_args.names(MODELS, "model"),
         default=None,
         help="comma list (None: transformer,digits; --smoke: transformer)",
     )
     parser.add_argument(
-        "--sides", type=_names(SIDES, "side"), default=",".join(SIDES), help="comma list"
+        "--sides", type=_args.names(SIDES, "side"), default=",".join(SIDES), help="comma list"
     )
     parser.add_argument("--keep", type=float, default=0.01, help="shoal-blocktopk's KEEP")
     parser.add_argument("--local-steps", type=int, default=20, help="shoal-local's H")

@@ -82,6 +82,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+import _args  # noqa: E402
+
 import shoal.control.scaler as scaler_mod  # noqa: E402
 from shoal.cluster.provider import load_spot_trace, parse_spot_lifetimes  # noqa: E402
 from shoal.config.provider import ProviderConfig  # noqa: E402
@@ -94,19 +96,6 @@ OPTIONS = ["-o", "micro_batch_size=16", "-o", "global_batch_size=128"]
 KINDS = ("k80", "p100", "v100")
 SIDES = ("scaler", "on-demand", "restart")
 TIMEOUT_S = 1800.0  # a restart run of 14 emulated hours takes about 11 wall minutes at 80
-
-
-def _seeds(text: str) -> list[int]:
-    """A comma list of provider seeds, whole numbers (argparse type); blank items are skipped."""
-    seeds = []
-    for item in (s.strip() for s in text.split(",")):
-        try:
-            seeds += [int(item)] if item else []
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a seed (a whole number): {item!r}") from None
-    if not seeds:
-        raise argparse.ArgumentTypeError(f"no seed in {text!r}")
-    return seeds
 
 
 def check_args(p: argparse.ArgumentParser, args) -> None:
@@ -150,7 +139,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
-        "--seeds", type=_seeds, default="0,1,2,3,4", help="provider seeds, comma-separated"
+        "--seeds", type=_args.seeds, default="0,1,2,3,4", help="provider seeds, comma-separated"
     )
     p.add_argument("--sides", default=",".join(SIDES), help="comma list of the sides to run")
     p.add_argument("--steps", type=int, default=60, help="steps per run")

@@ -252,21 +252,10 @@ def _drive_phases(bed, rates_mbit, sync, procs, deadline) -> list[dict]:
     return results
 
 
-def _rates(text: str) -> list[float]:
-    """A comma list of link rates in Mbit/s, each above 0 (argparse type)."""
-    rates = []
-    for item in text.split(","):
-        try:
-            rate = float(item)
-        except ValueError:
-            rate = math.nan
-        if not 0 < rate < math.inf:
-            raise argparse.ArgumentTypeError(f"not a rate in Mbit/s above 0: {item!r}")
-        rates.append(rate)
-    return rates
-
-
 def main(argv: list[str] | None = None) -> int:
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # bench/, run directly
+    import _args
+
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -276,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sites", type=int, default=2, help="network namespaces, a worker each")
     parser.add_argument(
-        "--rates", type=_rates, default="100,500,1000", help="Mbit/s, one phase each"
+        "--rates", type=_args.rates, default="100,500,1000", help="Mbit/s, one phase each"
     )
     parser.add_argument("--size-mb", type=float, default=8.0, help="allreduce: tensor size")
     parser.add_argument("--iters", type=int, default=5, help="allreduce: calls per phase")

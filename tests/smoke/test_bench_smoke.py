@@ -1,9 +1,9 @@
 """Every bench script, run with tiny sizes in a fresh process: it must print results of the
 expected shape (the JSON keys its docs quote), not merely exit 0. Timings are not checked.
 
-Helper modules (_common.py, ddp_yardstick.py, torchelastic_job.py) run through the others.
-Every script, helpers and bench/slowlink/ included, answers --help with its usage, running nothing,
-and shows every argument's default (a bare run's settings).
+Helper modules (_args.py, _common.py, ddp_yardstick.py, torchelastic_job.py) run through
+the others. Every script, helpers and bench/slowlink/ included, answers --help with its usage,
+running nothing, and shows every argument's default (a bare run's settings).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ RUN_ELSEWHERE = {
 
 
 def test_every_bench_script_has_a_smoke_test():
-    helpers = {"_common.py", "ddp_yardstick.py", "torchelastic_job.py"}
+    helpers = {"_args.py", "_common.py", "ddp_yardstick.py", "torchelastic_job.py"}
     scripts = {p.name for p in (ROOT / "bench").glob("*.py")} - helpers
     source = Path(__file__).read_text()
     for script, test in RUN_ELSEWHERE.items():
@@ -51,7 +51,7 @@ def test_every_bench_script_has_a_smoke_test():
 
 
 # the files of bench/ that are not scripts: a module the others import, bench/slowlink's package
-MODULES = {"ddp_yardstick.py", "__init__.py"}
+MODULES = {"_args.py", "ddp_yardstick.py", "__init__.py"}
 SCRIPTS = sorted(
     p.relative_to(ROOT).as_posix()
     for p in [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench").glob("*/*.py")]
