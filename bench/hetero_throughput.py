@@ -73,11 +73,14 @@ def main() -> None:
     def throughput(rows: list[dict]) -> float:
         return batch / steady(step_periods(rows), args.warmup)
 
-    def per_worker_s(rows: list[dict]) -> list[float]:
-        return [
-            statistics.median(r["workers"][w]["micro_batch_time_s"] for r in rows[args.warmup :])
-            for w in range(len(rows[0]["workers"]))
-        ]
+    def per_worker_s(rows: list[dict]) -> list[float | None]:
+        """Each worker's median seconds per micro-batch (None: the plan gave it none)."""
+        out = []
+        for w in range(len(rows[0]["workers"])):
+            times = [r["workers"][w]["micro_batch_time_s"] for r in rows[args.warmup :]]
+            times = [t for t in times if t is not None]
+            out.append(statistics.median(times) if times else None)
+        return out
 
     keys = ("v100_alone", "shoal_plan", "ddp_equal_split", "shoal_equal_split")
     runs = {k: [] for k in keys}
