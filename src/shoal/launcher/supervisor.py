@@ -234,11 +234,12 @@ class Controller:
             if e.action == "add":
                 # joins at one step (or before anyone leaves) all started at once: 1,000 adds
                 # were 1,000 torch processes. Past the limit an add waits for a process to end.
-                if self.running_processes() >= local_worker_limit():
+                limit = local_worker_limit()
+                if self.running_processes() >= limit:
                     self.pending.append(e)
                     if not self.said_full:
                         self.said_full = True
-                        self.say(f"{local_worker_limit()} worker processes running: an add waits")
+                        self.say(f"{limit} worker processes running: an add waits")
                     continue
                 w = self.spawn(e.kind)
                 self.say(f"step {self.steps_done}: starting {w.id} ({w.kind})")

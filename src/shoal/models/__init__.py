@@ -43,7 +43,9 @@ class ModelEntry:
 
     `make_inputs(cfg, batch_size, seq_len, generator)` returns the positional inputs of
     `forward`; `seq_len` is the token count for the language models and the image side for
-    WideResNet. `loss(output, inputs)` returns a scalar training loss.
+    WideResNet. `loss(output, inputs)` returns a scalar training loss. `seq_len_field` names the
+    config field that bounds `seq_len` (the positions a language model has embeddings or rotary
+    angles for; a longer sequence fails inside the model), None where nothing does.
     """
 
     name: str
@@ -51,6 +53,7 @@ class ModelEntry:
     model_cls: type[nn.Module]
     make_inputs: Callable[[Any, int, int, torch.Generator], tuple[torch.Tensor, ...]]
     loss: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor]
+    seq_len_field: str | None = None
 
     def make_config(self, **overrides: Any) -> Any:
         """The default (tiny) config with `overrides`; unknown fields raise ValueError."""
@@ -97,9 +100,15 @@ def _classify_loss(logits: torch.Tensor, inputs: tuple[torch.Tensor, ...]) -> to
 
 
 MODELS: dict[str, ModelEntry] = {
-    "gpt2": ModelEntry("gpt2", GPTConfig, GPT, _token_inputs("vocab_size"), _next_token_loss),
-    "bert": ModelEntry("bert", BertConfig, Bert, _token_inputs("vocab_size"), _bert_loss),
-    "llama": ModelEntry("llama", LlamaConfig, Llama, _token_inputs("vocab_size"), _next_token_loss),
+    "gpt2": ModelEntry(
+        "gpt2", GPTConfig, GPT, _token_inputs("vocab_size"), _next_token_loss, "block_size"
+    ),
+    "bert": ModelEntry(
+        "bert", BertConfig, Bert, _token_inputs("vocab_size"), _bert_loss, "max_position"
+    ),
+    "llama": ModelEntry(
+        "llama", LlamaConfig, Llama, _token_inputs("vocab_size"), _next_token_loss, "max_seq_len"
+    ),
     "wideresnet": ModelEntry(
         "wideresnet", WideResNetConfig, WideResNet, _image_inputs, _classify_loss
     ),

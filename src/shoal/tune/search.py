@@ -107,11 +107,6 @@ def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bo
     return any(f == fusion and bs >= b and ratio <= r for b, r, f in failed)
 
 
-# The config field that bounds a language model's sequence: the positions it has embeddings (or
-# rotary angles) for. A longer `seq_len` fails inside the model, in every trial.
-_SEQ_LEN_LIMITS = {"gpt2": "block_size", "bert": "max_position", "llama": "max_seq_len"}
-
-
 def _check(base: TrialSpec, memory_cap_mb: float, n_trials: int, objective: str) -> None:
     if not memory_cap_mb > 0:  # `not >` also refuses NaN
         raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
@@ -119,11 +114,12 @@ def _check(base: TrialSpec, memory_cap_mb: float, n_trials: int, objective: str)
         raise ValueError(f"number of trials must be >= 1, got {n_trials}")
     if objective not in ("throughput", "cpu"):
         raise ValueError(f"objective must be 'throughput' or 'cpu', got {objective!r}")
-    key = _SEQ_LEN_LIMITS.get(base.model)
-    if key is not None:
-        from shoal.models import get_model_entry
+    from shoal.models import get_model_entry
 
-        limit = getattr(get_model_entry(base.model).make_config(**base.model_config), key)
+    entry = get_model_entry(base.model)
+    key = entry.seq_len_field  # a longer seq_len would fail inside the model, in every trial
+    if key is not None:
+        limit = getattr(entry.make_config(**base.model_config), key)
         if base.seq_len > limit:
             raise UserError(
                 f"--seq-len {base.seq_len} is above {base.model}'s {key} of {limit}: give "
