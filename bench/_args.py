@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pathlib
 from collections.abc import Callable, Iterable
 
 
@@ -81,3 +82,19 @@ def workers(text: str) -> str:
     except UserError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
+
+
+def check_out_dir(p: argparse.ArgumentParser, flag: str, path: object) -> None:
+    """`path` (None: none given) is a directory to write into, or does not exist yet."""
+    if path and pathlib.Path(path).exists() and not pathlib.Path(path).is_dir():
+        p.error(f"{flag}: {path} is not a directory")
+
+
+def check_out_file(p: argparse.ArgumentParser, flag: str, path: object) -> None:
+    """`path` (None: none given) is a file to write, in a directory that exists."""
+    if not path:
+        return
+    if pathlib.Path(path).is_dir():
+        p.error(f"{flag}: {path} is a directory")
+    if not pathlib.Path(path).parent.is_dir():
+        p.error(f"{flag}: no directory {str(pathlib.Path(path).parent)!r} to write into")

@@ -489,10 +489,7 @@ def check_args(p: argparse.ArgumentParser, args) -> None:
             b = TASKS[task]["b"]
             if side.startswith("fixed-") and int(side.removeprefix("fixed-")) % b:
                 p.error(f"--sides: {side}: the batch is not a multiple of {task}'s micro-batch {b}")
-    if args.json and pathlib.Path(args.json).is_dir():
-        p.error(f"--json: {args.json} is a directory")
-    if args.json and not pathlib.Path(args.json).parent.is_dir():
-        p.error(f"--json: no directory {str(pathlib.Path(args.json).parent)!r} to write into")
+    _args.check_out_file(p, "--json", args.json)
 
 
 def main() -> None:

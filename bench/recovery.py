@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+import _args
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -304,8 +305,7 @@ def check_args(p: argparse.ArgumentParser, args) -> None:
     ):
         if args.sides in ("both", side) and steps <= last:
             p.error(f"{flag} must be more than {last} (the step of its last event), not {steps}")
-    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
-        p.error(f"--out: {args.out} is not a directory")
+    _args.check_out_dir(p, "--out", args.out)
 
 
 def main() -> None:

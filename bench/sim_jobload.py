@@ -135,11 +135,8 @@ def main() -> None:
         ap.error(f"--workloads: Pollux's workloads are 1-8, not {args.workloads[-1]}")
     if args.procs < 1:
         ap.error(f"--procs must be at least 1, not {args.procs}")
-    for flag, path in (("--plot", args.plot), ("--json", args.json)):  # written after the runs
-        if path and path.is_dir():
-            ap.error(f"{flag}: {path} is a directory")
-        if path and not path.parent.is_dir():
-            ap.error(f"{flag}: no directory {str(path.parent)!r} to write into")
+    _args.check_out_file(ap, "--plot", args.plot)  # both written after the runs
+    _args.check_out_file(ap, "--json", args.json)
     cases = [("jobload", p, f"pollux:{w}:{ld}", "pollux", None, 0, ld)
              for ld in loads for w in args.workloads for p in policies]  # fmt: skip
     cases += [("philly-spot", p, f"philly:300:{s}", PHILLY_CLUSTER, PHILLY_SPOT, s, None)

@@ -438,8 +438,7 @@ def check_args(parser: argparse.ArgumentParser, args) -> None:
         if not 0 < getattr(args, flag) < math.inf:
             value = getattr(args, flag)
             parser.error(f"--{flag.replace('_', '-')} must be a number above 0, not {value}")
-    if args.out and args.out.exists() and not args.out.is_dir():
-        parser.error(f"--out: {args.out} is not a directory")
+    _args.check_out_dir(parser, "--out", args.out)
 
 
 def parse(argv):

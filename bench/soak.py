@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+import _args
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 JOB = str(ROOT / "examples" / "digits.py")
 OPTIONS = {"micro_batch_size": 32, "global_batch_size": 256}
@@ -262,8 +264,7 @@ def check_args(p: argparse.ArgumentParser, args, loss_at: int) -> None:
         p.error(f"--events must be at least 1, not {args.events}")
     if not 0 < args.host_s < math.inf:
         p.error(f"--host-s must be a positive number of seconds, not {args.host_s}")
-    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
-        p.error(f"--out: {args.out} is not a directory")
+    _args.check_out_dir(p, "--out", args.out)
 
 
 def main() -> None:

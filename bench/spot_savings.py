@@ -110,8 +110,7 @@ def check_args(p: argparse.ArgumentParser, args) -> None:
     for flag, value in (("--overhead-s", args.overhead_s), ("--change-s", args.change_s)):
         if not 0 <= value < math.inf:
             p.error(f"{flag} must be a number of seconds, at least 0, not {value}")
-    if args.out and pathlib.Path(args.out).exists() and not pathlib.Path(args.out).is_dir():
-        p.error(f"--out: {args.out} is not a directory")
+    _args.check_out_dir(p, "--out", args.out)
     if args.spot_trace is not None and not args.spot_trace.strip():
         p.error("--spot-trace: no file given")
     try:

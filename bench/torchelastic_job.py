@@ -27,6 +27,7 @@ import pathlib
 import sys
 import time
 
+import _args
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -58,9 +59,8 @@ def main() -> None:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, not {getattr(args, flag)}")
     if not 0 < args.lr < math.inf:
         p.error(f"--lr must be a learning rate above 0, not {args.lr}")
+    _args.check_out_dir(p, "--out", args.out)
     out = pathlib.Path(args.out)
-    if out.exists() and not out.is_dir():
-        p.error(f"--out: {out} is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     events, ckpt = out / "log.jsonl", out / "checkpoint.pt"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
