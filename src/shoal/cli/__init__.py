@@ -14,6 +14,7 @@ import importlib
 import sys
 import traceback
 
+from shoal.cli.flags import HelpFormatter
 from shoal.errors import RunFailed
 
 # Subcommand modules, in the order `shoal --help` lists them.
@@ -21,7 +22,12 @@ COMMANDS = ["run", "demo", "report", "simulate", "tune"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line and exit code 2."""
+    """An ArgumentParser whose errors are one line and exit code 2, and whose help shows
+    each option's default."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"shoal: error: {message}\n")

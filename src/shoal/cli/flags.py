@@ -16,6 +16,21 @@ from typing import Any
 _TYPES = {"int": int, "float": float, "str": str}
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless its text already says it or there is
+    none to show (None, False, an empty list): `--peer-timeout SECONDS ... (default: 30.0)`."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        none = default is None or default is False or default == [] or default == argparse.SUPPRESS
+        if "default" in text or none:  # (not `default in (None, False)`: 0 == False)
+            return text
+        if action.option_strings or action.nargs in ("?", "*"):
+            return f"{text} (default: %(default)s)"
+        return text
+
+
 def _dest(prefix: str, f: dataclasses.Field) -> str:
     return f"{prefix}{f.name}"
 

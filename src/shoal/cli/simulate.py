@@ -31,7 +31,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="FRACTION[:MODEL]: buy this fraction of nodes as spot; MODEL = gce, bathtub, p3, "
         "g4dn or none (default gce)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the spot revocations and of a Philly sample without its own",
+    )
     p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (1 to 86,400)")
     p.add_argument(
         "--restart-s", type=float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
@@ -42,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"
     )
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="with --out: write no PNG plots")
     p.add_argument(
         "--scenario",
         metavar="FILE",
@@ -74,7 +79,9 @@ def _register_transient(subparsers: argparse._SubParsersAction) -> None:
         default=200,
         help="seeded runs to average (at most 1,000,000, and runs x servers at most 1,000,000)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the revocations (run i draws from (seed, i))"
+    )
     p.add_argument(
         "--steps", type=int, default=64000, help="training steps per run (at most 10^12)"
     )

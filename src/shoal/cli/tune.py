@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="tensor-parallel processes (gloo; at most 8 per CPU core, 16 at least)",
     )
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where trials run")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: auto)")
     p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
     p.add_argument(

@@ -17,12 +17,12 @@ from shoal.errors import UserError
 
 def parse_config(argv: list[str] | None = None) -> RunConfig:
     """The worker's configuration: SHOAL_CONFIG when a launcher set it, else the flags."""
-    from shoal.cli.flags import add_flags, from_args
+    from shoal.cli.flags import HelpFormatter, add_flags, from_args
 
     given = RunConfig.from_env()
     if given is not None and not argv:
         return given
-    parser = argparse.ArgumentParser(prog="python -m shoal.worker")
+    parser = argparse.ArgumentParser(prog="python -m shoal.worker", formatter_class=HelpFormatter)
     add_flags(parser, RunConfig)
     config = from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
     if config.provider.name:  # torchrun's processes are its own: nothing to buy or revoke
