@@ -71,11 +71,15 @@ def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
     assert result["state_sha256"] == uninterrupted(DIGITS, 40, {})
 
 
-def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path):
-    options = ["-o", "poison=37", "-o", "where=grad", "--on-nonfinite", "skip"]  # steps 2, 6
+@pytest.mark.parametrize("poison, where", [(37, "grad"), (45, "grad"), (45, "loss")])
+def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path, poison, where):
+    """Sample 37 is in micro-batch 1 of steps 2 and 6 (w0's: 2 micro-batches each), sample 45
+    in micro-batch 3 (w1's): a NaN on a rank other than 0 is one gloo's MAX would drop."""
+    options = ["-o", f"poison={poison}", "-o", f"where={where}", "--on-nonfinite", "skip"]
+    options += ["--max-micro-batches", "2"]
     result = shoal_run(tmp_path / "run", "v100,k80", 8, *options, job=NONFINITE_JOB)
     assert result["nonfinite_skipped"] == 2
     reference = uninterrupted(
-        NONFINITE_JOB, 8, {"poison": 37, "where": "grad"}, on_nonfinite="skip"
+        NONFINITE_JOB, 8, {"poison": poison, "where": where}, on_nonfinite="skip"
     )
     assert result["state_sha256"] == reference

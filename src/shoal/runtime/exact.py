@@ -32,9 +32,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.distributed as dist
 
-from shoal.runtime.membership import collective
+from shoal.runtime.membership import max_over_workers
 
 MARGIN_BITS = 8  # the bound sits 2**8 above the previous step's largest mean gradient
 SLACK_BITS = 4  # ... or up to 2**4 higher still, rather than move by a bit or two every step
@@ -129,7 +128,7 @@ class FixedPointAccumulator:
             return False
         global_max = self.local_max.clone()
         if world_size > 1:
-            collective(dist.all_reduce, global_max, op=dist.ReduceOp.MAX)
+            max_over_workers(global_max)
         self.rebound(global_max)
         return True
 

@@ -92,7 +92,12 @@ def check_step(trainer, losses: list[float] | None, mine: range, num_micro_batch
         trainer.nonfinite_skipped += 1
         sys.stderr.write(f"shoal: warning: non-finite {what} at {where}: step skipped\n")
         return True
+    hint = (
+        "--on-nonfinite skip skips such steps"
+        if trainer.on_nonfinite == "stop"
+        else "no exact bound held the sum, so it could not be skipped"
+    )
     raise NonFiniteStep(
         f"non-finite {what} at {where}; the state is kept at the start of step {trainer.step} "
-        "(--on-nonfinite skip skips such steps)"
+        f"({hint})"
     )

@@ -57,7 +57,7 @@ import torch.distributed as dist
 from shoal.config import SlowLinkConfig
 from shoal.control.bandwidth import parse_sites
 from shoal.errors import UserError
-from shoal.runtime.membership import Group, collective, peer_failures
+from shoal.runtime.membership import Group, collective, max_over_workers, peer_failures
 from shoal.runtime.reduce import PendingStep, StepReducer
 from shoal.runtime.sites import group_sites
 
@@ -351,7 +351,7 @@ class LocalUpdate:
         """This worker's share of the exact sum: its site's pseudo-gradient on the grids the
         group agrees on, from the site's leader (the other workers of a site send zeros)."""
         maxima = torch.stack([d.abs().max() for d in deltas]).float()
-        collective(dist.all_reduce, maxima, op=dist.ReduceOp.MAX)
+        max_over_workers(maxima)
         exps = grid_exponents(maxima.tolist(), len(self.sites))
         ints = quantize(torch.cat([d.reshape(-1) for d in deltas]), self.numels, exps)
         if not self.leader:

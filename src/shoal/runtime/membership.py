@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import datetime
 import json
+import math
 import os
 import signal
 import socket
@@ -54,6 +55,14 @@ def collective(fn, *args, **kwargs) -> None:
     """Run a torch.distributed collective; a dead or vanished peer becomes PeerFailure."""
     with peer_failures():
         fn(*args, **kwargs)
+
+
+def max_over_workers(t: torch.Tensor) -> None:
+    """MAX all-reduce of a float tensor in place, a NaN counted as +inf. gloo's MAX compares,
+    and a NaN compares false: it survives only from rank 0, so one worker's NaN gradient would
+    be seen by some layouts and not others. +inf is ordered the same by every backend."""
+    torch.nan_to_num_(t, nan=math.inf, posinf=math.inf, neginf=-math.inf)
+    collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
 
 
 @dataclass(frozen=True)
