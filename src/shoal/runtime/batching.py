@@ -13,6 +13,7 @@ is part of the training state.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,14 @@ def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> Bat
     if name != "fixed" and consistency != "exact":
         # its statistics are per micro-batch; fast mode's autograd sums them before anyone sees one
         raise UserError(f"--batch-policy {name} needs --consistency exact")
+    bounds = given_bounds(config, job)
+    if name != "fixed" and bounds and not bounds[0] <= job.global_batch_size <= bounds[1]:
+        # the first steps run at the job's batch, before any decision: it must be in bounds
+        source = "--batch-bounds" if config.bounds else "the job's batch_options bounds"
+        raise UserError(
+            f"the job's global_batch_size {job.global_batch_size} is outside {source} "
+            f"{bounds[0]}:{bounds[1]}: its first steps would run outside them"
+        )
     return policy
 
 
@@ -58,6 +67,10 @@ def check_batch(config: BatchConfig, job: Job, consistency: str) -> None:
     policy = policy_for(config, job, consistency)
     if policy.name != "fixed":
         reference_priors(config.reference, job)  # unknown kinds
+    elif config.bounds:
+        sys.stderr.write(
+            "shoal: warning: --batch-bounds has no effect with the fixed batch policy\n"
+        )
 
 
 def given_bounds(config: BatchConfig, job: Job) -> tuple[int, int] | None:
