@@ -90,12 +90,29 @@ def _manifests(fs: Any, root: str) -> list[tuple[int, str]]:
 
 
 def _prune(fs: Any, root: str, keep: int) -> None:
+    """Keep the newest `keep` whole checkpoints. One that is visibly broken (its manifest
+    unreadable, its .pt missing or not the size the manifest says) does not count: a resume
+    skipped it, and counting it would delete a good one. Broken ones are left for inspection
+    while they are newer than the oldest one kept, and removed after it."""
     if keep == 0:  # keep them all (e.g. to evaluate every checkpoint of a run afterwards)
         return
-    for _, manifest in _manifests(fs, root)[keep:]:
+    whole = 0
+    for _, manifest in _manifests(fs, root):
+        if whole < keep:
+            whole += _looks_whole(fs, manifest)
+            continue
         for path in (manifest, manifest[: -len(".json")] + ".pt"):
             if fs.exists(path):
                 fs.rm(path)
+
+
+def _looks_whole(fs: Any, manifest_path: str) -> bool:
+    """The cheap check (no read of the .pt): its manifest parses and the size matches."""
+    try:
+        size = json.loads(fs.cat(manifest_path)).get("bytes")
+        return fs.size(manifest_path[: -len(".json")] + ".pt") == size
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _warn(message: str) -> None:

@@ -30,6 +30,20 @@ def test_keeps_only_the_newest(tmp_path):
     ]
 
 
+def test_a_truncated_checkpoint_does_not_count_toward_keep(tmp_path):
+    """A resume skipped the truncated step 20 and loaded 15; the next save keeps 3 whole
+    ones (10, 15, 30) and leaves the broken 20 beside them, not deleting the good 10."""
+    for s in (5, 10, 15, 20):
+        save_checkpoint(str(tmp_path), s, state(s), FP, keep=3)
+    broken = tmp_path / "ckpt-000000020.pt"
+    broken.write_bytes(broken.read_bytes()[:100])
+    save_checkpoint(str(tmp_path), 30, state(30), FP, keep=3)
+    assert sorted(int(p.stem[5:]) for p in tmp_path.glob("*.pt")) == [10, 15, 20, 30]
+    for s in (35, 40):  # then 20 is older than the oldest kept (30): removed
+        save_checkpoint(str(tmp_path), s, state(s), FP, keep=3)
+    assert sorted(int(p.stem[5:]) for p in tmp_path.glob("*.pt")) == [30, 35, 40]
+
+
 def test_keep_zero_keeps_every_checkpoint(tmp_path):
     for s in range(5):
         save_checkpoint(str(tmp_path), s, state(s), FP, keep=0)
