@@ -97,7 +97,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["--timeout-s", "nan"], "--timeout-s must be > 0, got nan"),
         (["--threads", "-1"], "threads must be >= 0 (0: auto), got -1"),  # each trial failed
         # was "'<' not supported between instances of 'str' and 'int'", naming no flag
-        (["--config", "n_layer=abc"], "--config n_layer=abc: '<' not supported"),
+        (["--config", "n_layer=abc"], "GPTConfig.n_layer must be an integer, got 'abc'"),
         # every trial forked a billion torch processes (each under the cap, not their sum)
         (["--world-size", "1000000000"], "--world-size 1000000000: at most"),
     ],
