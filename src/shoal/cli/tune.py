@@ -101,18 +101,37 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
+    """What every trial shares, refused by its flag: a wrong value would fail each trial, and
+    the search would end in "nothing fits" instead of naming the input."""
+    from shoal.models import get_model_entry
+
+    try:
+        get_model_entry(args.model).make_config(**overrides)
+    except ValueError as exc:
+        raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
+    for flag, value, least in (
+        ("--steps", args.steps, 1),
+        ("--warmup-steps", args.warmup_steps, 0),
+        ("--world-size", args.world_size, 1),
+    ):
+        if value < least:
+            raise UserError(f"{flag} must be >= {least}, got {value}")
+    if not 0 <= args.seed < 2**32:  # the range of the sampler's (numpy's) seed
+        raise UserError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
+
+
 def _tune(args: argparse.Namespace) -> int:
     import optuna
 
     from shoal.launcher.spec import check_local_processes
-    from shoal.models import get_model_entry
     from shoal.tune import SearchSpace, TrialSpec, run_trial, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is printed below
 
     overrides = parse_overrides(args.config)
+    _check_trial_flags(args, overrides)
     try:
-        get_model_entry(args.model).make_config(**overrides)
         space = SearchSpace(
             micro_batch_sizes=_csv(args.batch_sizes, int, "--batch-sizes"),
             ckpt_ratios=_csv(args.ckpt_ratios, float, "--ckpt-ratios"),
@@ -129,8 +148,6 @@ def _tune(args: argparse.Namespace) -> int:
             threads=args.threads,
             seed=args.seed,
         )
-    except TypeError as exc:  # only --config values reach a typed field unparsed: n_layer=abc
-        raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
     if not args.timeout_s > 0:  # `not >` also refuses NaN

@@ -2,13 +2,15 @@
 
 Each model lives in its own module (`gpt2`, `bert`, `llama`, `wideresnet`) with a frozen config
 dataclass. This package owns only the registry that lets tools (the autotuner, benchmarks, tests)
-build any of them by name, make a synthetic batch for it and compute a training loss, without
-knowing the model's input conventions.
+build any of them by name (with overrides checked against the config's field types), make a
+synthetic batch for it and compute a training loss, without knowing the model's input
+conventions.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,17 +58,40 @@ class ModelEntry:
     seq_len_field: str | None = None
 
     def make_config(self, **overrides: Any) -> Any:
-        """The default (tiny) config with `overrides`; unknown fields raise ValueError."""
+        """The default (tiny) config with `overrides`; unknown fields and values of the wrong
+        type raise ValueError (an int is taken for a float field)."""
         known = {f.name for f in dataclasses.fields(self.config_cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
             raise ValueError(
                 f"unknown {self.config_cls.__name__} field(s) {unknown}; known: {sorted(known)}"
             )
-        return self.config_cls(**overrides)
+        hints = typing.get_type_hints(self.config_cls)
+        typed = {
+            key: _typed(f"{self.config_cls.__name__}.{key}", hints[key], value)
+            for key, value in overrides.items()
+        }
+        return self.config_cls(**typed)
 
     def build(self, cfg: Any = None) -> nn.Module:
         return self.model_cls(cfg if cfg is not None else self.config_cls())
+
+
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number"}
+
+
+def _typed(name: str, kind: Any, value: Any) -> Any:
+    """`value` checked against the field's annotation `kind`. The configs' own checks compare
+    values (`n_layer < 1`), which a wrong type turns into a TypeError or, worse, lets through
+    (`vocab_size=1.5` fails only when a tensor is sized by it)."""
+    if kind not in _EXPECTED:  # a field type without a rule here: the config's own check
+        return value
+    if kind is float and type(value) is int:  # `dropout=0` from the command line
+        return float(value)
+    # bool is an int subclass, but True is no layer count and 1 is no switch
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ValueError(f"{name} must be {_EXPECTED[kind]}, got {value!r}")
+    return value
 
 
 def _token_inputs(vocab_attr: str) -> Callable:

@@ -107,19 +107,32 @@ def _dominated(knobs: tuple[int, float, bool], failed: list[tuple[int, float, bo
     return any(f == fusion and bs >= b and ratio <= r for b, r, f in failed)
 
 
-def _check(base: TrialSpec, memory_cap_mb: float, n_trials: int, objective: str) -> None:
+def _check(base: TrialSpec, memory_cap_mb: float, n_trials: int, objective: str, seed: int) -> None:
+    """Refuse what would fail every trial, so that it is bad input, not "nothing fits"."""
     if not memory_cap_mb > 0:  # `not >` also refuses NaN
         raise ValueError(f"memory cap must be > 0 MiB, got {memory_cap_mb}")
     if n_trials < 1:
         raise ValueError(f"number of trials must be >= 1, got {n_trials}")
     if objective not in ("throughput", "cpu"):
         raise ValueError(f"objective must be 'throughput' or 'cpu', got {objective!r}")
-    from shoal.models import get_model_entry
+    if not 0 <= seed < 2**32:  # the range of the sampler's (numpy's) seed
+        raise ValueError(f"seed must be in [0, 2**32 - 1], got {seed}")
+    import torch
 
+    from shoal.models import get_model_entry
+    from shoal.schedule.model_schedule import check_config
+
+    if base.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: CUDA is not available")
     entry = get_model_entry(base.model)
+    cfg = entry.make_config(**base.model_config)
+    try:  # the model's schedule may refuse the config (a trial applies it to most points)
+        check_config(base.model, cfg, base.world_size)
+    except ValueError as exc:
+        raise UserError(f"--model {base.model} --world-size {base.world_size}: {exc}") from None
     key = entry.seq_len_field  # a longer seq_len would fail inside the model, in every trial
     if key is not None:
-        limit = getattr(entry.make_config(**base.model_config), key)
+        limit = getattr(cfg, key)
         if base.seq_len > limit:
             raise UserError(
                 f"--seq-len {base.seq_len} is above {base.model}'s {key} of {limit}: give "
@@ -217,7 +230,7 @@ def tune(
     """
     import optuna
 
-    _check(base, memory_cap_mb, n_trials, objective)
+    _check(base, memory_cap_mb, n_trials, objective, seed)
     grid = {
         "micro_batch_size": list(space.micro_batch_sizes),
         "ckpt_ratio": list(space.ckpt_ratios),

@@ -22,6 +22,7 @@ import socket
 import statistics
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,8 +53,9 @@ class TrialSpec:
             raise ValueError(f"seq_len must be >= 2, got {self.seq_len}")
         if not 0.0 <= self.ckpt_ratio <= 1.0:
             raise ValueError(f"ckpt_ratio must be in [0, 1], got {self.ckpt_ratio}")
-        if self.world_size < 1 or self.steps < 1 or self.warmup_steps < 0:
-            raise ValueError("world_size and steps must be >= 1, warmup_steps >= 0")
+        for name, least in (("world_size", 1), ("steps", 1), ("warmup_steps", 0)):
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be >= {least}, got {getattr(self, name)}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: auto), got {self.threads}")
         if self.device not in ("cpu", "cuda"):
@@ -166,7 +168,13 @@ def _rank_main(rank: int, spec: TrialSpec, port: int, queue: Any) -> None:
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=spec.world_size
     )
     try:
-        queue.put((rank, measure(spec, group=dist.group.WORLD)))
+        queue.put((rank, measure(spec, group=dist.group.WORLD), None))
+    except Exception as exc:
+        # The parent reports the rank's error line: an exit code alone hides the cause (a
+        # config the schedule refuses, say). Raised again for the traceback on stderr.
+        line = "".join(traceback.format_exception_only(exc)).strip().splitlines()[0]
+        queue.put((rank, None, line))
+        raise
     finally:
         dist.destroy_process_group()
 
@@ -186,13 +194,19 @@ def measure_distributed(spec: TrialSpec) -> dict[str, float]:
     ]
     for p in procs:
         p.start()
-    results = {}
+    results, errors = {}, {}
     for p in procs:
         p.join()
     while not queue.empty():
-        rank, res = queue.get()
-        results[rank] = res
-    if len(results) != spec.world_size:
+        rank, res, error = queue.get()
+        if error is None:
+            results[rank] = res
+        else:
+            errors[rank] = error
+    if errors:  # the first failed rank's cause; the others usually say the same
+        rank = min(errors)
+        raise RuntimeError(f"rank {rank} of {spec.world_size} failed: {errors[rank]}")
+    if len(results) != spec.world_size:  # killed without a word (e.g. by the kernel)
         codes = [p.exitcode for p in procs]
         raise RuntimeError(f"{spec.world_size - len(results)} rank(s) failed, exit codes {codes}")
     out = dict(results[0])

@@ -1,5 +1,7 @@
 """The model library: shapes, gradients, fx-traceability and the properties each model promises."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.fx as fx
@@ -117,6 +119,32 @@ def test_wideresnet_depth_and_width():
 def test_bad_configs_raise_value_error(make):
     with pytest.raises(ValueError):
         make()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_make_config_refuses_a_wrong_type_naming_field_and_type(name):
+    """vocab_size=1.5 was taken (every trial then failed inside torch); dropout="abc" was a
+    TypeError from comparing a str with a float."""
+    entry = get_model_entry(name)
+    fields = {f.name: f.default for f in dataclasses.fields(entry.config_cls)}
+    cls = entry.config_cls.__name__
+    int_field = next(k for k, v in fields.items() if type(v) is int)
+    for value in (1.5, "abc", True):
+        with pytest.raises(ValueError, match=rf"^{cls}\.{int_field} must be an integer, got "):
+            entry.make_config(**{int_field: value})
+    float_field = next(k for k, v in fields.items() if type(v) is float)
+    with pytest.raises(ValueError, match=rf"^{cls}\.{float_field} must be a number, got 'abc'"):
+        entry.make_config(**{float_field: "abc"})
+    cfg = entry.make_config(**{float_field: 0})  # an integer is a number
+    assert getattr(cfg, float_field) == 0.0 and type(getattr(cfg, float_field)) is float
+
+
+def test_make_config_takes_only_booleans_for_a_switch():
+    entry = get_model_entry("gpt2")
+    assert entry.make_config(bias=False).bias is False
+    for value in (0, "false", None):
+        with pytest.raises(ValueError, match=r"^GPTConfig\.bias must be true or false, got "):
+            entry.make_config(bias=value)
 
 
 def test_llama_hidden_dim_rule():

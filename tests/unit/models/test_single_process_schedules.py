@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from shoal.models import MODELS, get_model_entry
-from shoal.schedule.model_schedule import apply_schedule
+from shoal.schedule.model_schedule import apply_schedule, check_config
 from shoal.schedule.model_schedule.ops import FusedQKV
 
 
@@ -64,3 +64,23 @@ def test_bad_ckpt_ratio_and_unknown_model_raise():
         apply_schedule(model, "gpt2", ckpt_ratio=1.5)
     with pytest.raises(ValueError):
         apply_schedule(model, "resnet")
+
+
+def test_gpt_without_biases_is_checkpointed_and_fused_on_one_rank():
+    """The schedule refused bias=False although one rank shards nothing."""
+    entry = get_model_entry("gpt2")
+    cfg = entry.make_config(bias=False)
+    torch.manual_seed(0)
+    ref = entry.build(cfg)
+    model = apply_schedule(copy.deepcopy(ref), "gpt2", ckpt_ratio=1.0, fusion=True).mod
+    assert any(isinstance(m, FusedQKV) and m.qkv.bias is None for m in model.modules())
+    inputs = entry.make_inputs(cfg, 2, 8, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(model(*inputs), ref(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_gpt_without_biases_is_refused_over_more_than_one_rank():
+    cfg = get_model_entry("gpt2").make_config(bias=False)
+    check_config("gpt2", cfg, 1)
+    check_config("gpt2", get_model_entry("gpt2").make_config(), 2)
+    with pytest.raises(ValueError, match="shards biases over more than one rank"):
+        check_config("gpt2", cfg, 2)

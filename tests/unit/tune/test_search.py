@@ -110,6 +110,27 @@ def test_bad_space_or_spec_raises(make):
         make()
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        # the three shared "world_size and steps must be >= 1, warmup_steps >= 0"
+        ({"world_size": 0}, "world_size must be >= 1, got 0"),
+        ({"steps": 0}, "steps must be >= 1, got 0"),
+        ({"warmup_steps": -1}, "warmup_steps must be >= 0, got -1"),
+    ],
+)
+def test_bad_spec_count_names_its_field(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        TrialSpec(**kwargs)
+    assert str(info.value) == message
+
+
+def test_seed_out_of_the_sampler_range_is_refused_naming_the_seed():
+    """numpy said "Seed must be between 0 and 2**32 - 1" from inside the sampler."""
+    with pytest.raises(ValueError, match=r"^seed must be in \[0, 2\*\*32 - 1\], got -1$"):
+        tune(TrialSpec(), SearchSpace(), CAP, 1, seed=-1, measure=_synthetic([]))
+
+
 def test_spec_round_trips_through_json():
     spec = TrialSpec(model="llama", model_config={"n_layers": 3}, ckpt_ratio=0.5, fusion=True)
     assert TrialSpec.from_json(spec.to_json()) == spec

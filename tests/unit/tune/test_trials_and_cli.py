@@ -37,6 +37,17 @@ def test_trial_over_the_cap_is_killed_and_reported():
     assert out.samples_per_s is None and "cap" in out.detail
 
 
+@pytest.mark.dist
+def test_a_failed_rank_s_error_is_the_trial_s_error():
+    """It was only "2 rank(s) failed, exit codes [1, 1]". A spec `tune` refuses up front (the
+    GPT schedule cannot shard a model without biases) stands for any error in the ranks."""
+    cfg = {**TINY, "bias": False}
+    spec = TrialSpec(model_config=cfg, seq_len=8, world_size=2, steps=1, warmup_steps=0, threads=1)
+    out = run_trial(spec, memory_cap_mb=None, timeout_s=240)
+    assert out.status == "error"
+    assert "rank 0 of 2 failed: ValueError: the GPT schedule shards biases" in out.detail
+
+
 @pytest.mark.slow  # starts a trial process
 def test_failing_trial_is_an_error_with_the_message():
     spec = TrialSpec(model_config={"n_layer": 1}, seq_len=8, steps=1, threads=1)
@@ -97,7 +108,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["--timeout-s", "nan"], "--timeout-s must be > 0, got nan"),
         (["--threads", "-1"], "threads must be >= 0 (0: auto), got -1"),  # each trial failed
         # was "'<' not supported between instances of 'str' and 'int'", naming no flag
-        (["--config", "n_layer=abc"], "--config n_layer=abc: '<' not supported"),
+        (["--config", "n_layer=abc"], "--config n_layer=abc: GPTConfig.n_layer must be an integer"),
         # every trial forked a billion torch processes (each under the cap, not their sum)
         (["--world-size", "1000000000"], "--world-size 1000000000: at most"),
     ],
@@ -131,6 +142,72 @@ def test_cli_seq_len_above_the_model_limit_is_refused_before_any_trial(
     assert main(["tune", "--memory-cap-mb", "100", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("shoal: error: --seq-len ") and limit in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        # vocab_size=1.5 failed every trial inside torch.empty, then "no configuration fits"
+        (
+            ["--config", "vocab_size=1.5"],
+            "--config vocab_size=1.5: GPTConfig.vocab_size must be an integer, got 1.5",
+        ),
+        # "'<=' not supported between instances of 'float' and 'str'"
+        (
+            ["--config", "dropout=abc"],
+            "--config dropout=abc: GPTConfig.dropout must be a number, got 'abc'",
+        ),
+        (
+            ["--model", "llama", "--config", "n_layers=2.0"],
+            "LlamaConfig.n_layers must be an integer, got 2.0",
+        ),
+        # every trial's ranks failed with "2 rank(s) failed, exit codes [1, 1]", then exit 1
+        (
+            ["--world-size", "2", "--config", "bias=false"],
+            "--model gpt2 --world-size 2: the GPT schedule shards biases",
+        ),
+        # the next three shared "world_size and steps must be >= 1, warmup_steps >= 0"
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--warmup-steps", "-1"], "--warmup-steps must be >= 0, got -1"),
+        (["--world-size", "0"], "--world-size must be >= 1, got 0"),
+        (["--seed", "-1"], "--seed must be in [0, 2**32 - 1], got -1"),  # was numpy's "Seed must"
+        (["--seed", str(2**32)], "--seed must be in [0, 2**32 - 1], got 4294967296"),
+    ],
+)
+def test_cli_bad_trial_input_is_refused_before_any_trial(extra, needle, capsys, monkeypatch):
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a trial ran")
+
+    monkeypatch.setattr("shoal.tune.run_trial", no_trial)
+    assert main(["tune", "--memory-cap-mb", "100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shoal: error: ") and needle in err and err.count("\n") == 1
+
+
+def test_cli_cuda_without_cuda_is_refused_before_any_trial(capsys, monkeypatch):
+    """Every trial failed with "Torch not compiled with CUDA enabled", then exit 1."""
+
+    def no_trial(*args, **kwargs):
+        raise AssertionError("a trial ran")
+
+    monkeypatch.setattr("shoal.tune.run_trial", no_trial)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(["tune", "--memory-cap-mb", "100", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == "shoal: error: --device cuda: CUDA is not available\n"
+
+
+def test_cli_gpt_without_biases_runs_checkpointed_trials_on_one_rank(capsys, monkeypatch):
+    """At world size 1 nothing is sharded: bias=false is no reason to refuse."""
+    ran = []
+
+    def fake_trial(spec, memory_cap_mb=None, timeout_s=600.0):
+        ran.append((spec.ckpt_ratio, spec.model_config["bias"]))
+        return TrialOutcome("ok", samples_per_s=1.0, step_time_s=1.0, peak_memory_mb=1.0)
+
+    monkeypatch.setattr("shoal.tune.run_trial", fake_trial)
+    argv = ["--batch-sizes", "1", "--ckpt-ratios", "0,0.5", "--fusion", "off", "--trials", "2"]
+    assert main(["tune", "--memory-cap-mb", "100", "--config", "bias=false", *argv]) == 0
+    assert sorted(ran) == [(0.0, False), (0.5, False)]
 
 
 def test_cli_seq_len_at_the_model_limit_runs_its_trials(capsys, monkeypatch):

@@ -53,10 +53,24 @@ def apply_schedule(
     return module.apply_schedule(model, ckpt_ratio=ckpt_ratio, fusion=fusion, group=group, **kwargs)
 
 
+def check_config(model_name: str, config: Any, world_size: int) -> None:
+    """Raise ValueError if the library schedule of `model_name` cannot apply to a model built
+    from `config` over `world_size` ranks; it needs no model, so a caller (the autotuner) can
+    refuse the input before building or launching anything. Schedules without a
+    `check_config` of their own take every valid config."""
+    if model_name not in SCHEDULES:
+        raise ValueError(f"no schedule for model {model_name!r}; known: {list(SCHEDULES)}")
+    module = importlib.import_module(f"shoal.schedule.model_schedule.{model_name}")
+    check = getattr(module, "check_config", None)
+    if check is not None:
+        check(config, world_size)
+
+
 __all__ = [
     "HF_SCHEDULES",
     "SCHEDULES",
     "apply_schedule",
+    "check_config",
     "checkpoint",
     "fuse_bias_gelu",
     "generate_pipeline_cuts",

@@ -23,6 +23,7 @@ from shoal.schedule.sharding.embedding import gen_embedding_hooks
 
 __all__ = [
     "apply_schedule",
+    "check_config",
     "gen_embedding_hooks",
     "schedule",
 ]  # Slapo's programs import the hooks here
@@ -49,6 +50,17 @@ def schedule(sch: Any, *, ckpt_ratio: float = 0.0, fusion: bool = False) -> None
             sch[f"h.{i}"].checkpoint()
 
 
+def check_config(config: Any, world_size: int) -> None:
+    """Refuse a `GPTConfig` this schedule cannot apply over `world_size` ranks (ValueError).
+
+    Sharding splits every projection's bias with its weight; with one rank nothing is split,
+    so checkpointing and fusion take a model without biases too."""
+    if world_size > 1 and not config.bias:
+        raise ValueError(
+            "the GPT schedule shards biases over more than one rank; build the model with bias=True"
+        )
+
+
 def apply_schedule(
     model: nn.Module,
     *,
@@ -57,13 +69,12 @@ def apply_schedule(
     group: Any = None,
     vocab_parallel: bool = False,
 ) -> Any:
-    """Schedule `model` (a `GPT` with biases) over the tensor-parallel `group`; returns the
-    `Schedule` (its `.mod` is the scheduled model)."""
+    """Schedule `model` (a `GPT`, with biases if `group` has more than one rank) over the
+    tensor-parallel `group`; returns the `Schedule` (its `.mod` is the scheduled model)."""
     if not 0.0 <= ckpt_ratio <= 1.0:
         raise ValueError(f"ckpt_ratio must be in [0, 1], got {ckpt_ratio}")
-    if not model.config.bias:
-        raise ValueError("the GPT schedule shards biases; build the model with bias=True")
     sch = slapo.create_schedule(model, group=group)
+    check_config(model.config, sch.world_size)
     schedule(sch, ckpt_ratio=ckpt_ratio, fusion=fusion)
     if vocab_parallel and sch.world_size > 1:
         shard_vocab(sch, "wte", "lm_head")
