@@ -21,6 +21,7 @@ from torch import fx, nn
 from .errors import SchedulePathError
 from .hooks import transfer_hooks
 from .primitives.base import PRIMITIVES
+from .swap import swap_everywhere
 
 
 @dataclass
@@ -114,15 +115,22 @@ class Schedule:
                 self.child[name] = Schedule(sub, name, path, self, self.group, self.backend)
 
     def _replace_module(self, new: nn.Module) -> None:
-        """Swap `self.mod` for `new` in place (same name in the parent), moving the hooks."""
+        """Swap `self.mod` for `new`, moving the hooks, at every reference in the root's tree.
+
+        A module reachable by two paths (one object held by two parents) is replaced on both, so
+        the paths keep computing the same thing (a row-parallel layer gets its collective on
+        both); every schedule node of the old module then holds the new one."""
         old = self.mod
         if new is old:
             return
         transfer_hooks(old, new)
-        if self.parent is not None:
-            set_submodule(self.parent.mod, self.name, new)
-        self.mod = new
-        self._refresh_children()
+        top = self.get_top_schedule()
+        if not swap_everywhere(top.mod, old, new) and self.parent is not None:
+            set_submodule(self.parent.mod, self.name, new)  # the parent is not below the root
+        nodes = [node for _, node in top.named_schedules() if node.mod is old]
+        for node in nodes if self in nodes else [*nodes, self]:
+            node.mod = new
+            node._refresh_children()
 
     def _lookup(self, key: str) -> Schedule | None:
         if key == "":
