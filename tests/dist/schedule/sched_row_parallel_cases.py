@@ -1,7 +1,7 @@
 """Row-parallel cases that need care (run inside 2 gloo processes by test_schedule_dist.py).
 
-A module reachable by two paths (one object held by two parents) must get its collective on
-both paths.
+A row-parallel convolution with a bias must add the bias once, after the all-reduce; a module
+reachable by two paths (one object held by two parents) must get its collective on both paths.
 Outputs and gradients are compared with the unscheduled model, as in `sched_tp_cases`.
 """
 
@@ -11,10 +11,32 @@ import copy
 
 import torch
 import torch.nn.functional as F
-from sched_tp_cases import _compare_params, _run, close
+from sched_tp_cases import _compare_params, _run, _slice, close
 from torch import nn
 
 import shoal.schedule as slapo
+
+
+def _row_conv_case(rank: int, conv: nn.Module, shape: tuple[int, ...], in_axis: int) -> None:
+    torch.manual_seed(0)
+    ref = nn.Sequential(conv)
+    sch = slapo.create_schedule(copy.deepcopy(ref))
+    sch["0"].shard("weight", axis=in_axis)  # split by input channels: partial output
+    sch["0"].sync("fwd_post", "all_reduce")
+    torch.manual_seed(1)
+    x = torch.randn(*shape)
+    g = torch.randn_like(ref(x))
+    out, _ = _run(sch.mod, _slice(x, 1, rank), g)  # each rank holds its input channels
+    out_ref, _ = _run(ref, x, g)
+    close(out, out_ref)  # the bias is in once, not world_size times
+    _compare_params(sch.mod, ref, rank)
+
+
+def row_conv_bias(rank: int) -> None:
+    """Conv1d/Conv2d split on weight axis 1, ConvTranspose2d on axis 0 (its input channels)."""
+    _row_conv_case(rank, nn.Conv1d(8, 4, 3, padding=1), (2, 8, 6), 1)
+    _row_conv_case(rank, nn.Conv2d(8, 4, 3, padding=1), (2, 8, 6, 6), 1)
+    _row_conv_case(rank, nn.ConvTranspose2d(8, 4, 3), (2, 8, 5, 5), 0)
 
 
 class Shared(nn.Module):
@@ -52,5 +74,6 @@ def shared_row_linear(rank: int) -> None:
 
 
 CASES = {
+    "row_conv_bias": row_conv_bias,
     "shared_row_linear": shared_row_linear,
 }

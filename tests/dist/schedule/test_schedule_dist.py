@@ -39,6 +39,7 @@ CASES = [
     "pipeline_1f1b",
     "pipeline_two_values",
     "pipeline_tied_weights",
+    "row_conv_bias",
     "shared_row_linear",
 ]
 

@@ -5,8 +5,9 @@
 "f"). String ops are the conjugate autograd collectives of `sharding.sync_ops`; reshard strings
 ("RS->SR", ...) go through `sharding.reshard_ops`; a callable is registered as the matching
 module hook (`bwd_post` as a full backward hook). A row-parallel `nn.Linear` with a bias gets a
-`LinearWithSyncFunc` so that its bias is added after the reduction, once. The op is checked
-against the module's sharding before anything is registered.
+`LinearWithSyncFunc` so that its bias is added after the reduction, once; a row-parallel HF
+`Conv1D` or `nn.Conv*d` takes its bias out before the collective and adds it once after. The op
+is checked against the module's sharding before anything is registered.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..op.linear import LinearWithSyncFunc
 from ..sharding import sync_ops as S
 from ..sharding.dtensor import record
 from ..sharding.reshard_ops import is_reshard_string, reshard_fn
-from ..sharding.shard_ops import PARTIAL, is_hf_conv1d, validate_sync
+from ..sharding.shard_ops import PARTIAL, partial_bias, validate_sync
 from .base import Primitive, register_primitive
 
 MODES = ("fwd_pre", "fwd_post", "bwd_post")
@@ -104,25 +105,28 @@ def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> 
     if info.get("gather_axis") == -1 and (mode, op) == ("fwd_post", "all_gather"):
         fn = _check_last_axis(fn, axis, prim, sch.path)
     mod = sch.mod
-    if mode == "fwd_post" and info.get("output_type") == PARTIAL and is_hf_conv1d(mod):
+    if mode == "fwd_post" and info.get("output_type") == PARTIAL and partial_bias(mod) is not None:
+        # the replicated bias must be added once, after the sum, not once per rank
+        if isinstance(mod, nn.Linear):
+            if not isinstance(mod, LinearWithSyncFunc):
+                sch.replace(LinearWithSyncFunc.from_linear(mod, fn))
+            else:
+                mod.sync_fn = fn
+            return
         fn = _bias_once(fn, mod)
-    row_parallel = info.get("output_type") == PARTIAL and isinstance(mod, nn.Linear)
-    if mode == "fwd_post" and row_parallel and mod.bias is not None:
-        if not isinstance(mod, LinearWithSyncFunc):
-            sch.replace(LinearWithSyncFunc.from_linear(mod, fn))
-        else:
-            mod.sync_fn = fn
-        return
     _register(mod, "fwd_pre" if mode == "bwd_post" else mode, fn)
 
 
 def _bias_once(fn: Callable, mod: nn.Module) -> Callable:
-    """A row-parallel HF `Conv1D` adds its (replicated) bias on every rank before the sum; take
-    it out before the collective and add it once after (what `LinearWithSyncFunc` does for
-    `nn.Linear`)."""
-    if getattr(mod, "bias", None) is None:
-        return fn
-    return lambda t: fn(t - mod.bias) + mod.bias
+    """A row-parallel HF `Conv1D` or `nn.Conv*d` adds its (replicated) bias on every rank before
+    the sum; take it out before the collective and add it once after (what `LinearWithSyncFunc`
+    does for `nn.Linear`). The bias is read at call time: `build` may re-create it."""
+
+    def once(t: torch.Tensor) -> torch.Tensor:
+        bias = partial_bias(mod)
+        return fn(t - bias) + bias
+
+    return once
 
 
 def _check_last_axis(fn: Callable, axis: int, prim: str, path: str) -> Callable:
