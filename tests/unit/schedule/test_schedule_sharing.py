@@ -1,8 +1,9 @@
-"""One object reached by two paths (single process).
+"""One object reached by two paths, and one sync applied twice (single process).
 
 A submodule held by two parents is replaced on both paths (by `sync`, `decompose`,
 `checkpoint`, once by `replace_all`); a weight tied between two modules resizes both when it
-is sharded."""
+is sharded; a second string `sync` in the same mode on one module is refused, also through
+another path."""
 
 import copy
 import pathlib
@@ -16,7 +17,7 @@ import shoal.schedule as slapo
 from shoal.schedule.op import LinearWithSeparateBias, LinearWithSyncFunc
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from sched_models import Shared  # noqa: E402
+from sched_models import MLP, Shared  # noqa: E402
 
 X = torch.randn(3, 8)
 
@@ -78,3 +79,37 @@ def test_sharding_a_tied_weight_resizes_every_holder():
     emb = sch.mod.emb
     assert emb.weight is sch.mod.head.weight and emb.weight.shape == (16, 16)
     assert sch.mod.head.out_features == 16 and emb.num_embeddings == 16
+
+
+def test_a_second_string_sync_in_one_mode_is_refused():
+    ref = MLP()
+    model = copy.deepcopy(ref)
+    sch = slapo.create_schedule(model)
+    fc1, fc2 = sch["fc1"], sch["fc2"]
+    fc1.shard(["weight", "bias"], axis=0)
+    fc1.sync("bwd_post", "all_reduce")
+    fc1.sync("fwd_post", "all_gather", axis=1)  # another mode on the same module: fine
+    with pytest.raises(slapo.ScheduleError, match=r"on 'fc1': .*already has a 'bwd_post' sync"):
+        fc1.sync("bwd_post", "all_reduce")
+    fc2.shard("weight", axis=1)
+    with pytest.raises(slapo.ScheduleError, match="all_gather needs axis"):
+        fc2.sync("fwd_post", "all_gather")  # refused, so it does not count as applied
+    fc2.sync("fwd_post", "all_reduce")
+    with pytest.raises(
+        slapo.ScheduleError,
+        match=r"sync\('fwd_post', 'RR->RS'\) on 'fc2': .*already has a 'fwd_post' sync",
+    ):
+        fc2.sync("fwd_post", "RR->RS")
+    seen = []
+    fc2.sync("fwd_post", lambda m, i, o: seen.append(o.shape))  # user hooks may be stacked
+    fc2.sync("fwd_pre", "RR->RR")
+    _same_output_and_input_grad(ref, model)
+    assert seen == [torch.Size([3, 8])]
+
+
+def test_a_second_sync_through_another_path_is_refused():
+    sch = slapo.create_schedule(Shared())
+    sch["fc2"].shard("weight", axis=1)
+    sch["fc2"].sync("fwd_post", "all_reduce")
+    with pytest.raises(slapo.ScheduleError, match="on 'inner.b': .*already has a 'fwd_post'"):
+        sch["inner.b"].sync("fwd_post", "all_reduce")

@@ -7,7 +7,8 @@
 module hook (`bwd_post` as a full backward hook). A row-parallel `nn.Linear` with a bias gets a
 `LinearWithSyncFunc` so that its bias is added after the reduction, once; a row-parallel HF
 `Conv1D` or `nn.Conv*d` takes its bias out before the collective and adds it once after. The op
-is checked against the module's sharding before anything is registered.
+is checked against the module's sharding before anything is registered, and a module takes one
+string op per mode (a second one is refused; callables may be stacked).
 """
 
 from __future__ import annotations
@@ -55,29 +56,53 @@ class SyncPrimitive(Primitive):
         prim = f"sync({mode!r}, {getattr(sync_op_or_fn, '__name__', sync_op_or_fn)!r})"
         if mode not in MODES:
             raise schedule_error(prim, sch.path, f"mode must be one of {MODES}")
+        if isinstance(sync_op_or_fn, str):
+            _check_first_in_mode(sch, prim, mode)
+        _apply(sch, prim, mode, sync_op_or_fn, kwargs)
+        # recorded once applied, so a refused sync does not block a corrected retry
         sch.metadata.primitives.setdefault("sync", []).append((mode, sync_op_or_fn, kwargs))
-        if sch.backend == "dtensor" and isinstance(sync_op_or_fn, str):
-            record(sch, "sync", (mode, sync_op_or_fn, kwargs))
-            return
-        mod = sch.mod
-        if callable(sync_op_or_fn):
-            if mode == "fwd_pre":
-                mod.register_forward_pre_hook(sync_op_or_fn)
-            elif mode == "fwd_post":
-                mod.register_forward_hook(sync_op_or_fn)
-            else:
-                mod.register_full_backward_hook(sync_op_or_fn)
-            return
-        if is_reshard_string(sync_op_or_fn):
-            if mode == "bwd_post":
-                raise schedule_error(prim, sch.path, "reshard strings apply to fwd_pre/fwd_post")
-            try:
-                fn = reshard_fn(sync_op_or_fn, sch.group)
-            except ValueError as exc:
-                raise schedule_error(prim, sch.path, str(exc)) from None
-            _register(mod, mode, fn)
-            return
-        _apply_collective(sch, prim, mode, sync_op_or_fn, kwargs)
+
+
+def _check_first_in_mode(sch: Any, prim: str, mode: str) -> None:
+    """One string sync per mode and module: a second one would act on the first one's result
+    (an all-reduce applied twice sums world_size copies), which the sharding validation cannot
+    check. Callables are user hooks and may be stacked. A module reachable by two paths has a
+    schedule node on each; their syncs all land on the one module."""
+    nodes = [node for _, node in sch.get_top_schedule().named_schedules() if node.mod is sch.mod]
+    for node in [*nodes, sch] if sch not in nodes else nodes:
+        for done_mode, op, _ in node.metadata.primitives.get("sync") or []:
+            if done_mode == mode and isinstance(op, str):
+                raise schedule_error(
+                    prim,
+                    sch.path,
+                    f"the module already has a {mode!r} sync ({op!r}); "
+                    "a second one would apply the collective again",
+                )
+
+
+def _apply(sch: Any, prim: str, mode: str, sync_op_or_fn: str | Callable, kwargs: dict) -> None:
+    if sch.backend == "dtensor" and isinstance(sync_op_or_fn, str):
+        record(sch, "sync", (mode, sync_op_or_fn, kwargs))
+        return
+    mod = sch.mod
+    if callable(sync_op_or_fn):
+        if mode == "fwd_pre":
+            mod.register_forward_pre_hook(sync_op_or_fn)
+        elif mode == "fwd_post":
+            mod.register_forward_hook(sync_op_or_fn)
+        else:
+            mod.register_full_backward_hook(sync_op_or_fn)
+        return
+    if is_reshard_string(sync_op_or_fn):
+        if mode == "bwd_post":
+            raise schedule_error(prim, sch.path, "reshard strings apply to fwd_pre/fwd_post")
+        try:
+            fn = reshard_fn(sync_op_or_fn, sch.group)
+        except ValueError as exc:
+            raise schedule_error(prim, sch.path, str(exc)) from None
+        _register(mod, mode, fn)
+        return
+    _apply_collective(sch, prim, mode, sync_op_or_fn, kwargs)
 
 
 def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> None:
