@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import fx, nn
 
+from .checkpoint import CheckPointWrapper
 from .errors import SchedulePathError
 from .hooks import transfer_hooks
 from .primitives.base import PRIMITIVES
@@ -132,10 +133,9 @@ class Schedule:
             node.mod = new
             node._refresh_children()
 
-    def _lookup(self, key: str) -> Schedule | None:
-        if key == "":
-            return self
-        tokens = key.split(".")
+    def _walk(self, key: str) -> tuple[Schedule, str]:
+        """The deepest node `key` leads to and the part of `key` left unmatched ("" if found)."""
+        tokens = key.split(".") if key else []
         node = self
         i = 0
         while i < len(tokens):
@@ -146,18 +146,26 @@ class Schedule:
                     node, i = node.child[cand], j
                     break
             else:
-                return None
-        return node
+                return node, ".".join(tokens[i:])
+        return node, ""
+
+    def _lookup(self, key: str) -> Schedule | None:
+        node, rest = self._walk(key)
+        return None if rest else node
 
     def __getitem__(self, key: str) -> Schedule:
-        found = self._lookup(key)
-        if found is None:
-            where = self.path or "<root>"
-            raise SchedulePathError(
-                f"sch[{key!r}] on '{where}' ({type(self.mod).__name__}): no such submodule; "
-                f"children are {sorted(self.child)}"
-            )
-        return found
+        node, rest = self._walk(key)
+        if not rest:
+            return node
+        # report from where the walk stopped: the root's children say nothing about 'a.b.c'
+        where = node.path or "<root>"
+        msg = (
+            f"sch[{key!r}]: no such submodule {rest!r} under '{where}' "
+            f"({type(node.mod).__name__}); its children are {sorted(node.child)}"
+        )
+        if isinstance(node.mod, CheckPointWrapper) and "mod" in node.child:
+            msg += f"; '{where}' is checkpointed, the block is at '{node.child['mod'].path}'"
+        raise SchedulePathError(msg)
 
     def __contains__(self, key: str) -> bool:
         return self._lookup(key) is not None

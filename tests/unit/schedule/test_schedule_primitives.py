@@ -305,6 +305,14 @@ def test_init_empty_weights_and_build_materialize_on_cpu():
         slapo.build(slapo.create_schedule(MLP()), target="deepspeed")
 
 
+def test_build_pipeline_checks_the_schedule_name_first():
+    sch = slapo.create_schedule(MLP())  # neither traced nor cut: the name is checked before
+    with pytest.raises(slapo.ScheduleError) as info:
+        slapo.build(sch, target="pipeline", schedule="interleaved")
+    msg = str(info.value)
+    assert "'interleaved'" in msg and "['gpipe', '1f1b']" in msg and "<class" not in msg, msg
+
+
 def test_verify_passes_for_a_correct_schedule():
     sch = slapo.create_schedule(MLP())
     with slapo.Verify(sch, [X]):
