@@ -148,6 +148,12 @@ def build_pipeline(
     """Partition the model and build this rank's stage (stage i on rank i of `group`)."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
+    kinds = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+    kind = kinds.get(schedule.lower()) if isinstance(schedule, str) else None
+    if kind is None:  # before any partitioning or stage building
+        raise schedule_error(
+            "build(target='pipeline')", "", f"schedule {schedule!r} is not one of {list(kinds)}"
+        )
     split = generate_pipeline_partition(sch)
     stages = [getattr(split, f"submod_{i}") for i in range(len(list(split.children())))]
     num_stages, world = len(stages), dist.get_world_size(group)
@@ -162,10 +168,7 @@ def build_pipeline(
         param = next(iter(stage_mod.parameters()), None)
         device = param.device if param is not None else torch.device("cpu")
     stage = PipelineStage(stage_mod, rank, num_stages, torch.device(device), group=group)
-    kinds = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
-    if schedule.lower() not in kinds:
-        raise schedule_error("build(target='pipeline')", "", f"schedule must be one of {kinds}")
-    runner = kinds[schedule.lower()](stage, n_microbatches=num_microbatches, loss_fn=loss_fn)
+    runner = kind(stage, n_microbatches=num_microbatches, loss_fn=loss_fn)
     return PipelineModel(stage_mod, runner, rank, num_stages, tied)
 
 

@@ -18,9 +18,11 @@ import torch
 import torch.distributed as dist
 from torch import fx, nn
 
+from .checkpoint import CheckPointWrapper
 from .errors import SchedulePathError
 from .hooks import transfer_hooks
 from .primitives.base import PRIMITIVES
+from .swap import swap_everywhere
 
 
 @dataclass
@@ -114,20 +116,26 @@ class Schedule:
                 self.child[name] = Schedule(sub, name, path, self, self.group, self.backend)
 
     def _replace_module(self, new: nn.Module) -> None:
-        """Swap `self.mod` for `new` in place (same name in the parent), moving the hooks."""
+        """Swap `self.mod` for `new`, moving the hooks, at every reference in the root's tree.
+
+        A module reachable by two paths (one object held by two parents) is replaced on both, so
+        the paths keep computing the same thing (a row-parallel layer gets its collective on
+        both); every schedule node of the old module then holds the new one."""
         old = self.mod
         if new is old:
             return
         transfer_hooks(old, new)
-        if self.parent is not None:
-            set_submodule(self.parent.mod, self.name, new)
-        self.mod = new
-        self._refresh_children()
+        top = self.get_top_schedule()
+        if not swap_everywhere(top.mod, old, new) and self.parent is not None:
+            set_submodule(self.parent.mod, self.name, new)  # the parent is not below the root
+        nodes = [node for _, node in top.named_schedules() if node.mod is old]
+        for node in nodes if self in nodes else [*nodes, self]:
+            node.mod = new
+            node._refresh_children()
 
-    def _lookup(self, key: str) -> Schedule | None:
-        if key == "":
-            return self
-        tokens = key.split(".")
+    def _walk(self, key: str) -> tuple[Schedule, str]:
+        """The deepest node `key` leads to and the part of `key` left unmatched ("" if found)."""
+        tokens = key.split(".") if key else []
         node = self
         i = 0
         while i < len(tokens):
@@ -138,18 +146,26 @@ class Schedule:
                     node, i = node.child[cand], j
                     break
             else:
-                return None
-        return node
+                return node, ".".join(tokens[i:])
+        return node, ""
+
+    def _lookup(self, key: str) -> Schedule | None:
+        node, rest = self._walk(key)
+        return None if rest else node
 
     def __getitem__(self, key: str) -> Schedule:
-        found = self._lookup(key)
-        if found is None:
-            where = self.path or "<root>"
-            raise SchedulePathError(
-                f"sch[{key!r}] on '{where}' ({type(self.mod).__name__}): no such submodule; "
-                f"children are {sorted(self.child)}"
-            )
-        return found
+        node, rest = self._walk(key)
+        if not rest:
+            return node
+        # report from where the walk stopped: the root's children say nothing about 'a.b.c'
+        where = node.path or "<root>"
+        msg = (
+            f"sch[{key!r}]: no such submodule {rest!r} under '{where}' "
+            f"({type(node.mod).__name__}); its children are {sorted(node.child)}"
+        )
+        if isinstance(node.mod, CheckPointWrapper) and "mod" in node.child:
+            msg += f"; '{where}' is checkpointed, the block is at '{node.child['mod'].path}'"
+        raise SchedulePathError(msg)
 
     def __contains__(self, key: str) -> bool:
         return self._lookup(key) is not None

@@ -1,8 +1,9 @@
 """Schedules in 2 gloo processes, compared numerically with the unscheduled model.
 
 One spawn runs every case (process start-up dominates on a small CPU box): tensor parallelism
-(`sched_tp_cases`), its DTensor backend (`sched_dtensor_cases`), a whole Slapo-style program
-(`sched_program_cases`) and a 2-stage pipeline (`sched_pipeline_cases`).
+(`sched_tp_cases`, `sched_row_parallel_cases`), its DTensor backend (`sched_dtensor_cases`), a
+whole Slapo-style program (`sched_program_cases`) and a 2-stage pipeline
+(`sched_pipeline_cases`).
 """
 
 import pathlib
@@ -38,13 +39,21 @@ CASES = [
     "pipeline_1f1b",
     "pipeline_two_values",
     "pipeline_tied_weights",
+    "row_conv_bias",
+    "shared_row_linear",
 ]
 
 
 @pytest.fixture(scope="module")
 def results():
     return run_cases(
-        ["sched_tp_cases", "sched_dtensor_cases", "sched_program_cases", "sched_pipeline_cases"]
+        [
+            "sched_tp_cases",
+            "sched_row_parallel_cases",
+            "sched_dtensor_cases",
+            "sched_program_cases",
+            "sched_pipeline_cases",
+        ]
     )
 
 

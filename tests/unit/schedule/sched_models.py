@@ -63,3 +63,19 @@ class Untraceable(nn.Module):
         if x.sum() > 0:  # data-dependent control flow: fx cannot trace this
             return self.fc(x)
         return x
+
+
+class Shared(nn.Module):
+    """`fc1`/`fc2` are also reachable as `inner.a`/`inner.b`: one module held by two parents."""
+
+    def __init__(self, hidden: int = 8) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, 2 * hidden)
+        self.fc2 = nn.Linear(2 * hidden, hidden)
+        self.inner = nn.Sequential()
+        self.inner.add_module("a", self.fc1)
+        self.inner.add_module("r", nn.ReLU())
+        self.inner.add_module("b", self.fc2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.relu(self.fc1(x))) + self.inner(x)

@@ -265,6 +265,21 @@ def test_bad_schedules_raise_one_clear_error():
         sch["layers.7"].shard("weight", 0)
 
 
+def test_reduce_scatter_keeps_the_bias_axis_of_a_row_parallel_layer_whole():
+    # the bias is added once after the sum, so the sum must keep all of the bias's axis
+    sch = slapo.create_schedule(nn.Sequential(nn.Conv2d(4, 4, 3), nn.Conv2d(4, 4, 3, bias=False)))
+    for name in ("0", "1"):
+        sch[name].shard("weight", axis=1)  # world size 1: the whole weight, a partial output
+    with pytest.raises(slapo.ScheduleError, match=r"on '0': its bias .* all of axis 1"):
+        sch["0"].sync("fwd_post", "reduce_scatter", axis=1)
+    sch["0"].sync("fwd_post", "reduce_scatter", axis=2)  # rows of the image: fine
+    sch["1"].sync("fwd_post", "reduce_scatter", axis=1)  # no bias: channels may be split
+    linear = slapo.create_schedule(nn.Linear(4, 4))
+    linear.shard("weight", axis=1)
+    with pytest.raises(slapo.ScheduleError, match="all of axis -1"):
+        linear.sync("fwd_post", "reduce_scatter", axis=-1)
+
+
 def test_init_empty_weights_and_build_materialize_on_cpu():
     with slapo.init_empty_weights():
         model = MLP()
@@ -288,6 +303,14 @@ def test_init_empty_weights_and_build_materialize_on_cpu():
     assert "fc1" in seen
     with pytest.raises(slapo.ScheduleError, match="deepspeed"):
         slapo.build(slapo.create_schedule(MLP()), target="deepspeed")
+
+
+def test_build_pipeline_checks_the_schedule_name_first():
+    sch = slapo.create_schedule(MLP())  # neither traced nor cut: the name is checked before
+    with pytest.raises(slapo.ScheduleError) as info:
+        slapo.build(sch, target="pipeline", schedule="interleaved")
+    msg = str(info.value)
+    assert "'interleaved'" in msg and "['gpipe', '1f1b']" in msg and "<class" not in msg, msg
 
 
 def test_verify_passes_for_a_correct_schedule():

@@ -38,6 +38,20 @@ def test_unknown_path_is_one_clear_key_error():
     assert "layers.0.fc3" in msg and "sch[" in msg and "no such submodule" in msg
 
 
+def test_unknown_path_is_reported_where_the_walk_stopped():
+    sch = slapo.create_schedule(Net())
+    with pytest.raises(KeyError) as info:
+        sch["layers.0.fc3"]
+    msg = str(info.value)
+    assert "'fc3' under 'layers.0' (MLP)" in msg and "['act', 'fc1', 'fc2']" in msg, msg
+    sch["layers.0"].checkpoint()
+    with pytest.raises(KeyError) as info:
+        sch["layers.0.fc1"]  # the block moved under the wrapper
+    msg = str(info.value)
+    assert "children are ['mod']" in msg and "the block is at 'layers.0.mod'" in msg, msg
+    assert sch["layers.0.mod.fc1"].mod is sch.mod.layers[0].mod.fc1
+
+
 def test_named_schedules_and_get_module():
     sch = slapo.create_schedule(Net())
     names = [n for n, _ in sch.named_schedules()]

@@ -1,7 +1,8 @@
 """`sch.replace_all(target_mod_type, make_mod_fn, **kwargs)`: replace every module of a type.
 
 The list of candidates is taken before any replacement, so a new module that is itself an
-instance of `target_mod_type` is not replaced again.
+instance of `target_mod_type` is not replaced again; a module held by two parents is one
+candidate (replaced on both paths at once).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ class ReplaceAllPrimitive(Primitive):
         make_mod_fn: Callable[..., nn.Module],
         **kwargs: Any,
     ) -> int:
-        targets = [
-            (path, sub)
-            for path, sub in sch.named_schedules()
-            if path and isinstance(sub.mod, target_mod_type)
-        ]
+        targets, seen = [], set()
+        for path, sub in sch.named_schedules():
+            # a module held by two parents has a node on each path; `replace` swaps it on both
+            if path and isinstance(sub.mod, target_mod_type) and id(sub.mod) not in seen:
+                seen.add(id(sub.mod))
+                targets.append((path, sub))
         for path, sub in targets:
             sub.replace(make_mod_fn(path, sub.mod, **kwargs))
         return len(targets)

@@ -11,25 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from ..errors import schedule_error
 from ..sharding.dtensor import record
 from ..sharding.shard_ops import infer_output, postproc
+from ..swap import swap_everywhere
 from .base import Primitive, register_primitive
-
-
-def _swap_everywhere(root: nn.Module, old: torch.Tensor, new: torch.Tensor) -> int:
-    """Replace every reference to `old` (parameter or buffer) below `root`; returns the count."""
-    count = 0
-    for mod in root.modules():
-        for table in (mod._parameters, mod._buffers):
-            for key, value in table.items():
-                if value is old:
-                    table[key] = new
-                    count += 1
-    return count
 
 
 @register_primitive()
@@ -111,10 +99,13 @@ def _shard_one(sch: Any, name: str, axis: int) -> None:
         new.orig_shape = tuple(tensor.shape)
         new.shard_axis = axis
         new.shard_source_id = getattr(tensor, "shard_source_id", id(tensor))
-        if _swap_everywhere(top.mod, tensor, new) > 1:
+        holders = swap_everywhere(top.mod, tensor, new)
+        if len(holders) > 1:
             top.metadata.tie_weights[id(new)] = name
         table = mod._parameters if name in mod._parameters else mod._buffers
         table[name] = new  # also when `mod` is not reachable from the root
+        for holder in holders:  # a tied module's sizes follow the shared tensor too
+            postproc(holder)
     postproc(mod)
     meta["sharded"][name] = axis
     out_type, gather_axis = infer_output(mod, name, axis)

@@ -5,8 +5,10 @@
 "f"). String ops are the conjugate autograd collectives of `sharding.sync_ops`; reshard strings
 ("RS->SR", ...) go through `sharding.reshard_ops`; a callable is registered as the matching
 module hook (`bwd_post` as a full backward hook). A row-parallel `nn.Linear` with a bias gets a
-`LinearWithSyncFunc` so that its bias is added after the reduction, once. The op is checked
-against the module's sharding before anything is registered.
+`LinearWithSyncFunc` so that its bias is added after the reduction, once; a row-parallel HF
+`Conv1D` or `nn.Conv*d` takes its bias out before the collective and adds it once after. The op
+is checked against the module's sharding before anything is registered, and a module takes one
+string op per mode (a second one is refused; callables may be stacked).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..op.linear import LinearWithSyncFunc
 from ..sharding import sync_ops as S
 from ..sharding.dtensor import record
 from ..sharding.reshard_ops import is_reshard_string, reshard_fn
-from ..sharding.shard_ops import PARTIAL, is_hf_conv1d, validate_sync
+from ..sharding.shard_ops import PARTIAL, partial_bias, validate_sync
 from .base import Primitive, register_primitive
 
 MODES = ("fwd_pre", "fwd_post", "bwd_post")
@@ -54,29 +56,53 @@ class SyncPrimitive(Primitive):
         prim = f"sync({mode!r}, {getattr(sync_op_or_fn, '__name__', sync_op_or_fn)!r})"
         if mode not in MODES:
             raise schedule_error(prim, sch.path, f"mode must be one of {MODES}")
+        if isinstance(sync_op_or_fn, str):
+            _check_first_in_mode(sch, prim, mode)
+        _apply(sch, prim, mode, sync_op_or_fn, kwargs)
+        # recorded once applied, so a refused sync does not block a corrected retry
         sch.metadata.primitives.setdefault("sync", []).append((mode, sync_op_or_fn, kwargs))
-        if sch.backend == "dtensor" and isinstance(sync_op_or_fn, str):
-            record(sch, "sync", (mode, sync_op_or_fn, kwargs))
-            return
-        mod = sch.mod
-        if callable(sync_op_or_fn):
-            if mode == "fwd_pre":
-                mod.register_forward_pre_hook(sync_op_or_fn)
-            elif mode == "fwd_post":
-                mod.register_forward_hook(sync_op_or_fn)
-            else:
-                mod.register_full_backward_hook(sync_op_or_fn)
-            return
-        if is_reshard_string(sync_op_or_fn):
-            if mode == "bwd_post":
-                raise schedule_error(prim, sch.path, "reshard strings apply to fwd_pre/fwd_post")
-            try:
-                fn = reshard_fn(sync_op_or_fn, sch.group)
-            except ValueError as exc:
-                raise schedule_error(prim, sch.path, str(exc)) from None
-            _register(mod, mode, fn)
-            return
-        _apply_collective(sch, prim, mode, sync_op_or_fn, kwargs)
+
+
+def _check_first_in_mode(sch: Any, prim: str, mode: str) -> None:
+    """One string sync per mode and module: a second one would act on the first one's result
+    (an all-reduce applied twice sums world_size copies), which the sharding validation cannot
+    check. Callables are user hooks and may be stacked. A module reachable by two paths has a
+    schedule node on each; their syncs all land on the one module."""
+    nodes = [node for _, node in sch.get_top_schedule().named_schedules() if node.mod is sch.mod]
+    for node in [*nodes, sch] if sch not in nodes else nodes:
+        for done_mode, op, _ in node.metadata.primitives.get("sync") or []:
+            if done_mode == mode and isinstance(op, str):
+                raise schedule_error(
+                    prim,
+                    sch.path,
+                    f"the module already has a {mode!r} sync ({op!r}); "
+                    "a second one would apply the collective again",
+                )
+
+
+def _apply(sch: Any, prim: str, mode: str, sync_op_or_fn: str | Callable, kwargs: dict) -> None:
+    if sch.backend == "dtensor" and isinstance(sync_op_or_fn, str):
+        record(sch, "sync", (mode, sync_op_or_fn, kwargs))
+        return
+    mod = sch.mod
+    if callable(sync_op_or_fn):
+        if mode == "fwd_pre":
+            mod.register_forward_pre_hook(sync_op_or_fn)
+        elif mode == "fwd_post":
+            mod.register_forward_hook(sync_op_or_fn)
+        else:
+            mod.register_full_backward_hook(sync_op_or_fn)
+        return
+    if is_reshard_string(sync_op_or_fn):
+        if mode == "bwd_post":
+            raise schedule_error(prim, sch.path, "reshard strings apply to fwd_pre/fwd_post")
+        try:
+            fn = reshard_fn(sync_op_or_fn, sch.group)
+        except ValueError as exc:
+            raise schedule_error(prim, sch.path, str(exc)) from None
+        _register(mod, mode, fn)
+        return
+    _apply_collective(sch, prim, mode, sync_op_or_fn, kwargs)
 
 
 def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> None:
@@ -104,25 +130,28 @@ def _apply_collective(sch: Any, prim: str, mode: str, op: str, kwargs: dict) -> 
     if info.get("gather_axis") == -1 and (mode, op) == ("fwd_post", "all_gather"):
         fn = _check_last_axis(fn, axis, prim, sch.path)
     mod = sch.mod
-    if mode == "fwd_post" and info.get("output_type") == PARTIAL and is_hf_conv1d(mod):
+    if mode == "fwd_post" and info.get("output_type") == PARTIAL and partial_bias(mod) is not None:
+        # the replicated bias must be added once, after the sum, not once per rank
+        if isinstance(mod, nn.Linear):
+            if not isinstance(mod, LinearWithSyncFunc):
+                sch.replace(LinearWithSyncFunc.from_linear(mod, fn))
+            else:
+                mod.sync_fn = fn
+            return
         fn = _bias_once(fn, mod)
-    row_parallel = info.get("output_type") == PARTIAL and isinstance(mod, nn.Linear)
-    if mode == "fwd_post" and row_parallel and mod.bias is not None:
-        if not isinstance(mod, LinearWithSyncFunc):
-            sch.replace(LinearWithSyncFunc.from_linear(mod, fn))
-        else:
-            mod.sync_fn = fn
-        return
     _register(mod, "fwd_pre" if mode == "bwd_post" else mode, fn)
 
 
 def _bias_once(fn: Callable, mod: nn.Module) -> Callable:
-    """A row-parallel HF `Conv1D` adds its (replicated) bias on every rank before the sum; take
-    it out before the collective and add it once after (what `LinearWithSyncFunc` does for
-    `nn.Linear`)."""
-    if getattr(mod, "bias", None) is None:
-        return fn
-    return lambda t: fn(t - mod.bias) + mod.bias
+    """A row-parallel HF `Conv1D` or `nn.Conv*d` adds its (replicated) bias on every rank before
+    the sum; take it out before the collective and add it once after (what `LinearWithSyncFunc`
+    does for `nn.Linear`). The bias is read at call time: `build` may re-create it."""
+
+    def once(t: torch.Tensor) -> torch.Tensor:
+        bias = partial_bias(mod)
+        return fn(t - bias) + bias
+
+    return once
 
 
 def _check_last_axis(fn: Callable, axis: int, prim: str, path: str) -> Callable:

@@ -3,14 +3,16 @@
 After a parameter is split, `postproc` rewrites the size attributes (`out_features`,
 `num_embeddings`, `out_channels`, `num_features`, HF `Conv1D.nf`) from the new shapes, and
 `infer_output` tells whether the module now produces a *partition* (a slice of the full output,
-to be gathered along an axis) or a *partial* result (a full-shape tensor to be summed).
-`validate_sync` uses that to reject collectives that would compute something else.
+to be gathered along an axis) or a *partial* result (a full-shape tensor to be summed), and
+`partial_bias` gives the bias that `sync` must add once after that sum. `validate_sync` uses
+them to reject collectives that would compute something else.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 PARTITION, PARTIAL = "partition", "partial"
@@ -81,6 +83,27 @@ def infer_output(mod: nn.Module, tensor_name: str, axis: int) -> tuple[str | Non
     return None, None
 
 
+def partial_bias(mod: nn.Module) -> torch.Tensor | None:
+    """The bias of a module, shaped to broadcast against its output (None if it has none).
+
+    A row-parallel module (partial output) adds its replicated bias on every rank, so `sync`
+    must add it once, after the sum: Linear and HF Conv1D outputs end in the bias axis; a
+    convolution's channels are followed by its spatial axes."""
+    bias = getattr(mod, "bias", None)
+    if not isinstance(bias, torch.Tensor):
+        return None
+    if isinstance(mod, nn.modules.conv._ConvNd):
+        return bias.view(-1, *[1] * len(mod.kernel_size))
+    return bias
+
+
+def _bias_axis(mod: nn.Module) -> int | None:
+    """The output axis a partial output's bias runs along (as `infer_output` numbers axes)."""
+    if partial_bias(mod) is None:
+        return None
+    return 1 if isinstance(mod, nn.modules.conv._ConvNd) else -1
+
+
 def validate_sync(mod: nn.Module, info: dict, mode: str, op: str, axis: Any) -> str | None:
     """A reason why `sync(mode, op)` is wrong for this module's sharding, or None if fine."""
     out_type = info.get("output_type")
@@ -95,6 +118,9 @@ def validate_sync(mod: nn.Module, info: dict, mode: str, op: str, axis: Any) -> 
         return None
     if out_type == PARTIAL and mode == "fwd_post" and op == "all_gather":
         return "its output is partial (needs a sum), not a partition"
+    if out_type == PARTIAL and mode == "fwd_post" and op == "reduce_scatter":
+        if axis is not None and axis == _bias_axis(mod):
+            return f"its bias is added once after the sum and needs all of axis {axis}"
     if out_type == PARTITION and mode == "fwd_post" and op in ("all_reduce", "reduce_scatter"):
         return "its output is a partition (needs a gather), not a partial sum"
     if out_type == PARTIAL and mode == "bwd_post" and op == "all_reduce":
