@@ -280,6 +280,23 @@ def test_reduce_scatter_keeps_the_bias_axis_of_a_row_parallel_layer_whole():
         linear.sync("fwd_post", "reduce_scatter", axis=-1)
 
 
+def test_a_row_parallel_fused_linear_or_a_scattered_partial_sum_is_refused():
+    from shoal.schedule.op.linear import LinearWithAct, LinearWithDropout
+
+    fused = [LinearWithAct(4, 4, act_fn="relu"), LinearWithDropout(4, 4, p=0.1), nn.Linear(4, 4)]
+    sch = slapo.create_schedule(nn.Sequential(*fused))
+    for name in ("0", "1", "2"):
+        sch[name].shard("weight", axis=1)  # world size 1: the whole weight, a partial output
+    # relu(x_r @ W_r) summed over ranks is not relu(x @ W): no sync mends it
+    with pytest.raises(slapo.ScheduleError, match="an activation to a partial sum"):
+        sch["0"].sync("fwd_post", "all_reduce")
+    with pytest.raises(slapo.ScheduleError, match="dropout to a partial sum"):
+        sch["1"].sync("fwd_post", "all_reduce")
+    with pytest.raises(slapo.ScheduleError, match="partial"):
+        sch["2"].sync("fwd_post", "scatter", axis=-1)
+    sch["2"].sync("fwd_post", "all_reduce")  # the plain row-parallel layer: fine
+
+
 def test_init_empty_weights_and_build_materialize_on_cpu():
     with slapo.init_empty_weights():
         model = MLP()

@@ -104,6 +104,18 @@ def _bias_axis(mod: nn.Module) -> int | None:
     return 1 if isinstance(mod, nn.modules.conv._ConvNd) else -1
 
 
+def _after_linear(mod: nn.Module) -> str | None:
+    """What a fused linear module applies after its matmul (`op.linear`'s LinearWithAct and
+    LinearWithDropout), or None for a plain one."""
+    from ..op.linear import LinearWithAct, LinearWithDropout
+
+    if isinstance(mod, LinearWithAct):
+        return "an activation"
+    if isinstance(mod, LinearWithDropout) and mod.p > 0:
+        return "dropout"
+    return None
+
+
 def validate_sync(mod: nn.Module, info: dict, mode: str, op: str, axis: Any) -> str | None:
     """A reason why `sync(mode, op)` is wrong for this module's sharding, or None if fine."""
     out_type = info.get("output_type")
@@ -116,7 +128,10 @@ def validate_sync(mod: nn.Module, info: dict, mode: str, op: str, axis: Any) -> 
         if mode == "bwd_post" and op == "all_reduce":
             return "the module has no sharded parameter, so its input gradient is complete"
         return None
-    if out_type == PARTIAL and mode == "fwd_post" and op == "all_gather":
+    if out_type == PARTIAL and mode == "fwd_post" and _after_linear(mod):
+        # act(x_r @ W_r) summed over ranks is not act(x @ W): no collective after it mends that
+        return f"it applies {_after_linear(mod)} to a partial sum; shard it on axis 0 instead"
+    if out_type == PARTIAL and mode == "fwd_post" and op in ("all_gather", "scatter"):
         return "its output is partial (needs a sum), not a partition"
     if out_type == PARTIAL and mode == "fwd_post" and op == "reduce_scatter":
         if axis is not None and axis == _bias_axis(mod):
