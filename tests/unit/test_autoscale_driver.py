@@ -37,7 +37,15 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--notice", "soon"], "--notice"),
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
         # an infinite cadence trained every step, then failed on the scenario it could not write
-        ([*PROVIDER, "--scale-every", "inf"], "--scale-every must be > 0 seconds, got inf"),
+        (
+            [*PROVIDER, "--scale-every", "inf"],
+            "--scale-every must be >= 1 (emulated seconds), got inf",
+        ),
+        # its OUT/scenario.json would not load: a replay deciding every 1e-9 s hung
+        (
+            [*PROVIDER, "--scale-every", "0.5"],
+            "--scale-every must be >= 1 (emulated seconds), got 0.5",
+        ),
         ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
         ([*PROVIDER, "--startup", "1e300"], "--startup must be from 0 to 86,400 s, got 1e+300"),
         ([*PROVIDER, "--startup", "nan"], "--startup must be from 0 to 86,400 s, got nan"),
@@ -220,3 +228,17 @@ def test_the_kinds_the_scaler_buys_default_to_the_workers_kinds_without_counts()
     argv = ["run", DIGITS, "--workers", "2xk80:spot,v100,k80", "--steps", "2", "--out", "o"]
     config = config_from_args(build_parser().parse_args([*argv, *PROVIDER]))
     assert config.provider.kind_list == ("k80", "v100")
+
+
+def test_a_live_runs_scenario_loads_at_the_shortest_cadence(tmp_path):
+    """OUT/scenario.json of a run with the smallest --scale-every (and every provider field the
+    driver writes) loads in `shoal simulate --scenario`: the two sides share the bound."""
+    import json
+
+    from shoal.config.provider import MIN_SCALE_EVERY_S
+    from shoal.sim.scenario import load_scenario
+
+    d = make_driver(autoscale=True, deadline="10h", scale_every_s=MIN_SCALE_EVERY_S)
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(d.scenario().to_json()))
+    assert load_scenario(str(path)).scale_every_s == MIN_SCALE_EVERY_S

@@ -304,8 +304,37 @@ def _parse_quota(raw: Any) -> dict[tuple[str, str], int] | None:
     return out
 
 
+# A provider as JSON (a scenario file's "provider"): the fields a live run writes. time_scale
+# records the live run's pace; a replay works in emulated seconds and does not read it.
+JSON_FIELDS = (
+    "kinds", "seed", "spot_lifetimes", "spot_trace", "startup_s", "notice_s", "quota", "outages",
+    "time_scale",
+)  # fmt: skip
+
+
+def _check_json(cfg: Mapping) -> None:
+    """The fields and types of a provider given as JSON: a misspelt field was ignored, and a
+    number for kinds or a list for a trace path was a traceback."""
+    unknown = sorted(str(k) for k in set(cfg) - set(JSON_FIELDS))
+    if unknown:
+        raise UserError(f"provider: unknown field {unknown[0]!r} (known: {', '.join(JSON_FIELDS)})")
+    kinds = cfg.get("kinds")
+    names = isinstance(kinds, list | tuple) and all(isinstance(k, str) for k in kinds)
+    if kinds is not None and not isinstance(kinds, str) and not names:
+        raise UserError('provider: kinds must be a list of kind names, e.g. ["k80", "v100"]')
+    for name in ("spot_lifetimes", "spot_trace"):
+        if not isinstance(cfg.get(name), str | None):
+            raise UserError(f"provider: {name} must be a string or null")
+    seed = cfg.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool):  # int(1.9) was seed 1, silently
+        raise UserError("provider: seed must be an integer")
+
+
 def provider_from_config(cfg: Any) -> EmulatedProvider:
-    """The emulated provider a `ProviderConfig` (or its JSON dict) describes."""
+    """The emulated provider a `ProviderConfig` (or its JSON dict) describes; UserError
+    ("provider: ...") when the JSON is bad."""
+    if isinstance(cfg, Mapping):
+        _check_json(cfg)
     kinds = (_get(cfg, "kind_list") if hasattr(cfg, "kind_list") else _get(cfg, "kinds")) or ()
     if isinstance(kinds, str):
         kinds = tuple(k.strip() for k in kinds.split(",") if k.strip())

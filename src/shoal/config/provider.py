@@ -20,6 +20,9 @@ TIER_NAMES = ("on_demand", "spot")
 # every spot lifetime (24 h at most) is over within a poll; 1e300 billed $3.6e299 for 3 steps.
 MAX_TIME_SCALE = 1e6
 MAX_STARTUP_S = 86_400.0  # a server's boot: ICAC'19 measured 230-350 s; a day is generous
+# --scale-every's floor, the same as a scenario's (sim/scenario.py MIN_SCALE_EVERY_S): the run
+# writes it into OUT/scenario.json, whose replay decides every tick (~3 ms each; 1e-9 hung it)
+MIN_SCALE_EVERY_S = 1.0
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -134,7 +137,9 @@ class ProviderConfig:
     scale_every_s: float = field(
         default=600.0,
         metadata=option(
-            "--scale-every", "re-decide the mix every S emulated seconds", metavar="SECONDS"
+            "--scale-every",
+            "re-decide the mix every S emulated seconds (at least 1)",
+            metavar="SECONDS",
         ),
     )
     startup_s: float = field(
@@ -212,8 +217,11 @@ class ProviderConfig:
             raise UserError(
                 f"--startup must be from 0 to {MAX_STARTUP_S:,.0f} s, got {self.startup_s:g}"
             )
-        if not 0 < self.scale_every_s < math.inf:
-            raise UserError(f"--scale-every must be > 0 seconds, got {self.scale_every_s}")
+        if not MIN_SCALE_EVERY_S <= self.scale_every_s < math.inf:
+            raise UserError(
+                f"--scale-every must be >= {MIN_SCALE_EVERY_S:g} (emulated seconds), "
+                f"got {self.scale_every_s:g}"
+            )
         self.notice_s, self.quota_map, self.outage_list  # noqa: B018 (each checks its flag)
 
     @property

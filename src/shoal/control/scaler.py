@@ -423,5 +423,11 @@ def check_goal(goal: Goal, inp: ScalerInput, max_servers: int = 8) -> None:
     if fast.finish_s > goal.deadline_s * (1 + _SLACK):
         raise UserError(
             f"deadline {goal.deadline_s:.0f} s is impossible: the fastest feasible finish is "
-            f"{fast.finish_s:.0f} s, on {fast.describe()}"
+            f"{_seconds(fast.finish_s)} s, on {fast.describe()}"
         )
+
+
+def _seconds(value: float) -> str:
+    """Whole seconds, or 3 significant digits past 10^9 (a 1e300 s micro-batch printed a
+    300-digit finish)."""
+    return f"{value:.0f}" if value < 1e9 else f"{value:.3g}"

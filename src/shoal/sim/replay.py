@@ -308,11 +308,13 @@ class _Run:
             self.progress = min(float(boundary), self.progress + (t - start) / step_s)
         self.t = t
 
-    def run(self) -> ScenarioResult:
-        if (
-            self.sc.autoscale
-        ):  # as the live run does before it starts: an impossible goal is an error
+    def check_goal(self) -> None:
+        """As the live run does before it starts: an impossible goal is an error."""
+        if self.sc.autoscale:
             check_goal(self.scaler.goal, self.scaler_input(), self.sc.max_servers)
+
+    def run(self) -> ScenarioResult:
+        self.check_goal()
         if self.sc.initial_ready:
             for (kind, tier), n in sorted(initial_counts(self.sc).items()):
                 for _ in range(n):
@@ -367,6 +369,11 @@ class _Run:
             events=tuple(self.events),
             lost_steps=self.lost,
         )
+
+
+def check_scenario_goal(sc: Scenario) -> None:
+    """UserError when the scenario's goal cannot be met at all (what `simulate` checks first)."""
+    _Run(sc).check_goal()
 
 
 def simulate(sc: Scenario) -> ScenarioResult:

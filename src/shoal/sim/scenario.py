@@ -26,6 +26,11 @@ from shoal.errors import UserError
 from shoal.perf.devices import TIERS, load_devices
 
 JOIN_WINDOW = 20  # the join delays the live driver's median is over (its measurement window)
+# The shortest re-decision cadence, the live `--scale-every`'s bound too (config/provider.py's
+# MIN_SCALE_EVERY_S: a live run's scenario must load). A decision costs the replay ~3 ms (the
+# scaler weighs every mix), so a tick every 1e-9 s hung it (1 s of emulated time: 45 s at 0.1);
+# at 1 s a day-long run decides 86,400 times, a few minutes. The default is 600 s.
+MIN_SCALE_EVERY_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,11 @@ class Scenario:
         if required:
             raise UserError(f"scenario: missing field {required[0]!r}")
         try:
-            batch = tuple((int(a), int(b)) for a, b in data["batch"])
+            batch = tuple((a, b) for a, b in data["batch"])
         except (TypeError, ValueError):
             raise UserError("scenario: 'batch' must be a list of [from_step, batch]") from None
+        if not all(_integer(a) and _integer(b) for a, b in batch):  # 1.9 was taken as 1
+            raise UserError("scenario: 'batch' steps and batch sizes must be integers")
         try:
             joins = tuple((float(t), float(d)) for t, d in data.get("join_delays", ()))
         except (TypeError, ValueError):
@@ -104,6 +111,10 @@ def _check(ok: bool, message: str) -> None:
         raise UserError(f"scenario: {message}")
 
 
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -111,7 +122,7 @@ def _number(value: object) -> bool:
 def _validate(sc: Scenario) -> None:
     for name in ("steps", "micro_batch_size", "max_servers"):
         value = getattr(sc, name)
-        _check(isinstance(value, int) and not isinstance(value, bool), f"{name} must be an integer")
+        _check(_integer(value), f"{name} must be an integer")
         _check(value >= 1, f"{name} must be >= 1")
     _check(bool(sc.batch) and sc.batch[0][0] == 0, "batch must start at step 0")
     starts = [a for a, _ in sc.batch]
@@ -119,6 +130,11 @@ def _validate(sc: Scenario) -> None:
     _check(all(b >= 1 for _, b in sc.batch), "every global batch must be >= 1")
     for name in ("host_s", "scale_every_s", "checkpoint_every_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) > 0, f"{name} must be > 0")
+    _check(
+        sc.scale_every_s >= MIN_SCALE_EVERY_S,
+        f"scale_every_s must be >= {MIN_SCALE_EVERY_S:g} (emulated seconds), got "
+        f"{sc.scale_every_s:g}",
+    )
     for name in ("step_overhead_s", "change_cost_s", "join_delay_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) >= 0, f"{name} must be >= 0")
     _check(
@@ -185,9 +201,12 @@ def step_time_model(sc: Scenario) -> Callable[[Mapping[str, int], int], float]:
 
 
 def load_scenario(path: str) -> Scenario:
-    """A scenario file (`Scenario.to_json` as JSON); UserError naming the file when bad."""
+    """A scenario file (`Scenario.to_json` as JSON); UserError naming the file when bad, an
+    impossible goal included (the replay's own check, made here so that it names the file)."""
     import json
     from pathlib import Path
+
+    from shoal.sim.replay import check_scenario_goal  # replay imports this module
 
     try:
         data = json.loads(Path(path).read_text())
@@ -196,6 +215,8 @@ def load_scenario(path: str) -> Scenario:
     except json.JSONDecodeError as exc:
         raise UserError(f"--scenario {path}:{exc.lineno}: not JSON ({exc.msg})") from None
     try:
-        return Scenario.from_json(data)
+        sc = Scenario.from_json(data)
+        check_scenario_goal(sc)
     except UserError as exc:
         raise UserError(f"--scenario {path}: {exc}") from None
+    return sc

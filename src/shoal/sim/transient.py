@@ -78,8 +78,8 @@ class TransientConfig:
 class TransientRun:
     duration_s: float
     cost_usd: float
-    revoked: int  # workers revoked while training
-    failed: bool  # the chief was revoked
+    revoked: int  # workers revoked while training (a parameter server's loss is `failed`)
+    failed: bool  # the chief or a parameter server was revoked
 
 
 def _replay(
@@ -89,13 +89,15 @@ def _replay(
     rate: Callable[[Counter[Hashable]], float],
     total_steps: int,
     fatal: Sequence[bool],
+    num_workers: int,
 ) -> TransientRun:
     """Walk revocations in time order; `rate(alive)` is the cluster's steps/s with `alive[label]`
     servers of each label alive (a count per label, not a list of servers: a revocation costs
     the same in a cluster of 10,000 servers as in one of 10).
 
     Server i dies at deaths[i] and is billed at prices[i] until then; a `fatal` server's death
-    (the chief, a parameter server) fails the run. Others leave and the rest go on.
+    (the chief, a parameter server) fails the run. Others leave and the rest go on. The first
+    `num_workers` servers are the workers: only their revocations count as revoked workers.
     """
     ledger = CostLedger()
     for i, price in enumerate(prices):
@@ -110,7 +112,8 @@ def _replay(
         now = t
         alive[labels[i]] -= 1
         ledger.close(f"server-{i}", now)
-        revoked += 1
+        if i < num_workers:
+            revoked += 1
         if fatal[i]:  # the paper's harness stops the cluster, the run fails
             ledger.close_all(now)
             return TransientRun(now, ledger.total_usd, revoked, failed=True)
@@ -131,6 +134,7 @@ def run_once(cfg: TransientConfig, lifetimes: RevocationModel, rng: random.Rando
         lambda alive: per_worker * alive["worker"],
         cfg.total_steps,
         [True] + [False] * (n - 1) + [True],
+        n,
     )
 
 
@@ -183,7 +187,7 @@ def run_cluster_once(cfg: ClusterConfig, rng: random.Random) -> TransientRun:
 
     fatal = [True] + [False] * (len(workers) - 1) + [True] * num_ps
     prices = [s.price_usd_per_hour for s in everyone]
-    return _replay(deaths, prices, labels, rate, cfg.total_steps, fatal)
+    return _replay(deaths, prices, labels, rate, cfg.total_steps, fatal, len(workers))
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,8 @@ class TransientSummary:
     sd_hours: float
     mean_cost_usd: float
     sd_cost_usd: float
-    revoked: int
-    servers: int
+    revoked: int  # worker revocations over all runs
+    servers: int  # runs x workers: what `revoked` is out of
 
 
 def _summarise(num_workers: int, results: list[TransientRun]) -> TransientSummary:

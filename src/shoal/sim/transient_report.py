@@ -19,12 +19,24 @@ from shoal.sim.transient_model import PSModel, fit
 from shoal.sim.transient_spec import TransientCluster, parse_cluster
 
 
-def model_for(cluster: TransientCluster, fit_on: str = "all") -> PSModel:
+def fitted_model(fit_on: str = "all") -> PSModel:
+    """The model fitted on all the measurements, or on one split's fit side."""
+    return fit(load_measurements()) if fit_on == "all" else make_split(fit_on).model()
+
+
+def model_for(cluster: TransientCluster, fitted: PSModel) -> PSModel:
     """The fitted model, with any cluster kind it lacks placed by the device table."""
-    model = fit(load_measurements()) if fit_on == "all" else make_split(fit_on).model()
+    model = fitted
     for kind in sorted({w.kind for w in cluster.workers} - set(model.compute_s)):
         model = model.with_kind_from_devices(kind)
     return model
+
+
+def _placeable(fitted: PSModel, kind: str) -> None:
+    """UserError when `kind` is neither fitted nor placeable by the device table (checked as
+    the spec is parsed, so the error names the item: a bare "no measured ... speed" did not)."""
+    if kind not in fitted.compute_s:
+        fitted.with_kind_from_devices(kind)
 
 
 def _describe(cluster: TransientCluster) -> str:
@@ -56,13 +68,14 @@ def _check_sizes(args: argparse.Namespace) -> None:
 
 def transient_cli(args: argparse.Namespace) -> str:
     _check_sizes(args)
-    cluster = parse_cluster(args.cluster)
+    fitted = fitted_model(args.fit)
+    cluster = parse_cluster(args.cluster, check_kind=lambda kind: _placeable(fitted, kind))
     servers = len(cluster.workers) + len(cluster.servers)
     if args.runs * servers > MAX_SERVER_RUNS:
         raise UserError(
             f"--runs {args.runs} x {servers:,} servers: at most {MAX_SERVER_RUNS:,} runs x servers"
         )
-    model = model_for(cluster, args.fit)
+    model = model_for(cluster, fitted)
     cfg = ClusterConfig(cluster, model, total_steps=args.steps, by_region=args.by_region)
     kinds = [w.kind for w in cluster.workers]
     times = model.step_times_s(kinds, len(cluster.servers))

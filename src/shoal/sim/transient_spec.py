@@ -18,6 +18,7 @@ Bad input raises `UserError` naming the item, and the file and line when it came
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ PS_KIND = "ps"
 MAX_SERVERS = 10_000  # a cluster's servers; the model was measured on up to 8 workers, 2 servers
 # 4-vCPU parameter server VM, $/h (paper Table I)
 PS_PRICES_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
+KindCheck = Callable[[str], None]  # a worker kind -> None, or UserError if it cannot be used
 
 _ITEM = re.compile(
     r"(?:(?P<count>\d+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
@@ -77,6 +79,14 @@ def _region(name: str | None) -> str:
     return region
 
 
+def _price(text: str) -> float:
+    """A price in USD per hour (the item's pattern lets `1.2.3` and `.` through)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"bad price {text!r} (USD per hour, e.g. 0.45)") from None
+
+
 def _parse_item(item: str) -> list[Server | None]:
     """The servers an item names; `[None]` for `0xps` (no parameter server)."""
     match = _ITEM.fullmatch(item)
@@ -94,7 +104,7 @@ def _parse_item(item: str) -> list[Server | None]:
     if tier not in TIERS:
         raise UserError(f"unknown tier {match['tier']!r} (known: {', '.join(TIERS)})")
     if match["price"] is not None:
-        price = float(match["price"])
+        price = _price(match["price"])
     elif kind == PS_KIND:
         price = PS_PRICES_USD_PER_HOUR[tier]
     else:
@@ -102,10 +112,15 @@ def _parse_item(item: str) -> list[Server | None]:
     return [Server(kind, _region(match["region"]), tier, price)] * count
 
 
-def _add(servers: list[Server | None], item: str) -> None:
+def _add(servers: list[Server | None], item: str, check_kind: KindCheck | None) -> None:
     """Append an item's servers, checking the total as it grows: a file of many big items
-    (3,000 lines of 10000xk80) took 500 MB and seconds before one total check at the end."""
-    servers += _parse_item(item)
+    (3,000 lines of 10000xk80) took 500 MB and seconds before one total check at the end.
+    `check_kind` (UserError if the caller cannot use a worker kind) runs here, so that its
+    error names the item."""
+    new = _parse_item(item)
+    if check_kind is not None and new[0] is not None and new[0].kind != PS_KIND:
+        check_kind(new[0].kind)
+    servers += new
     if len(servers) > MAX_SERVERS:
         raise UserError(f"{len(servers):,} servers so far, more than {MAX_SERVERS:,}")
 
@@ -123,21 +138,22 @@ def _build(servers: list[Server | None]) -> TransientCluster:
     return TransientCluster(workers, ps)
 
 
-def parse_cluster(spec: str) -> TransientCluster:
-    """A cluster from an inline spec (`4xk80@us-east1:spot,ps`) or `@FILE` / an existing file."""
+def parse_cluster(spec: str, check_kind: KindCheck | None = None) -> TransientCluster:
+    """A cluster from an inline spec (`4xk80@us-east1:spot,ps`) or `@FILE` / an existing file;
+    `check_kind(kind)` may refuse a worker kind (a UserError naming the item)."""
     path = Path(spec[1:] if spec.startswith("@") else spec)
     if spec.startswith("@") or path.is_file():
-        return load_cluster_file(path)
+        return load_cluster_file(path, check_kind)
     servers: list[Server | None] = []
     for item in (s.strip() for s in spec.split(",")):
         try:
-            _add(servers, item)
+            _add(servers, item, check_kind)
         except UserError as exc:
             raise UserError(f"cluster spec item {item!r}: {exc}") from None
     return _build(servers)
 
 
-def load_cluster_file(path: Path) -> TransientCluster:
+def load_cluster_file(path: Path, check_kind: KindCheck | None = None) -> TransientCluster:
     """A cluster from a file of items, one or more per line; errors name the file and line."""
     try:
         text = path.read_text()
@@ -151,7 +167,7 @@ def load_cluster_file(path: Path) -> TransientCluster:
             if not item:
                 continue
             try:
-                _add(servers, item)
+                _add(servers, item, check_kind)
             except UserError as exc:
                 raise UserError(f"{path}:{lineno}: {exc}") from None
     try:

@@ -256,3 +256,36 @@ def test_continue_numbering_skips_earlier_servers():
     again = provider.request("k80", "spot", 0.0)
     assert again.server == "k80-spot-5"
     assert again.revoke_at_s != first.revoke_at_s  # slot 0 after a resume: a fresh draw
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        # tracebacks: 'int' object is not iterable / has no attribute 'lower' / 'split'
+        ({"kinds": 5}, "kinds must be a list of kind names"),
+        ({"kinds": [5]}, "kinds must be a list of kind names"),
+        ({"spot_lifetimes": 5}, "spot_lifetimes must be a string or null"),
+        ({"spot_trace": 5}, "spot_trace must be a string or null"),
+        ({"spot_trace": ["a"]}, "spot_trace must be a string or null"),
+        # taken silently: the first kind only, a misspelt field ignored, int(1.9)
+        ({"kinds": {"k80": 1}}, "kinds must be a list of kind names"),
+        ({"notice": 10}, "unknown field 'notice' \\(known: kinds, seed,"),
+        ({"seed": 1.9}, "seed must be an integer"),
+    ],
+)
+def test_provider_json_fields_are_checked(change, needle):
+    with pytest.raises(UserError, match=f"^provider: {needle}"):
+        provider_from_config({"kinds": ["k80", "v100"], "seed": 1, **change})
+
+
+def test_provider_json_as_a_live_run_writes_it(tmp_path):
+    """Every field the live driver writes into OUT/scenario.json is accepted (with nulls)."""
+    from shoal.cluster.provider import JSON_FIELDS
+
+    written = {
+        "kinds": ["k80"], "seed": 3, "spot_lifetimes": None, "spot_trace": None,
+        "startup_s": 60.0, "notice_s": None, "quota": [], "outages": [], "time_scale": 80.0,
+    }  # fmt: skip
+    assert set(written) == set(JSON_FIELDS)
+    provider = provider_from_config(written)
+    assert provider.kinds == ("k80",) and provider.seed == 3 and provider.notice_s is None

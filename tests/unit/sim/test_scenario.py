@@ -8,6 +8,7 @@ membership change 5 s.
 """
 
 import json
+import re
 
 import pytest
 
@@ -204,6 +205,11 @@ def test_json_round_trip_and_bad_scenarios(tmp_path):
         ({"restart_from_checkpoint": "no"}, "restart_from_checkpoint must be true or false"),
         # acquired one by one with initial_ready: gigabytes, a hang
         ({"initial": {"k80:spot": 999999999}}, "initial holds 999,999,999 servers, at most 1,000"),
+        # truncated silently: a batch of 1.9 was 1
+        ({"batch": [[0, 1.9]]}, "'batch' steps and batch sizes must be integers"),
+        ({"batch": [[0, 64], [300.5, 128]]}, "'batch' steps and batch sizes must be integers"),
+        # a decision every 1e-9 s: 1 s of emulated time took 4.4 s, the run effectively hung
+        ({"scale_every_s": 1e-9}, "scale_every_s must be >= 1 \\(emulated seconds\\), got 1e-09"),
     ]:
         with pytest.raises(UserError, match=needle):
             Scenario.from_json({**good, **change})
@@ -222,10 +228,64 @@ def test_cli_scenario_with_too_many_servers(tmp_path, capsys):
 
 def test_the_loop_guard_says_what_it_stopped(monkeypatch):
     """A re-decision every 1e-300 s ran 2,000,000 events (13 s) at t = 0, then said the run
-    does not finish within 30 days."""
+    does not finish within 30 days (scale_every_s is now at least 1 s; a checkpoint every
+    1e-300 s still meets the guard)."""
     monkeypatch.setattr(replay_mod, "MAX_EVENTS", 1000)
     with pytest.raises(UserError, match="1,000 events in .* s of emulated time, at step 0 of"):
-        simulate(scenario(scale_every_s=1e-300))
+        simulate(scenario(checkpoint_every_s=1e-300))
+
+
+@pytest.mark.parametrize("every_s", [0.5, 1.0, 600.0])
+def test_scale_every_bound_is_the_live_flags(every_s):
+    """A live run writes its --scale-every into OUT/scenario.json: the flag and the scenario
+    take the same values, so every live run's scenario loads."""
+    from shoal.config import ProviderConfig
+
+    def accepted(make) -> bool:
+        try:
+            make()
+        except UserError:
+            return False
+        return True
+
+    live = accepted(lambda: ProviderConfig(name="local", kinds="k80", scale_every_s=every_s))
+    replay = accepted(lambda: scenario(scale_every_s=every_s))
+    assert live == replay == (every_s >= 1)
+
+
+def write_scenario(tmp_path, sc=None, **change):
+    path = tmp_path / "scenario.json"
+    data = (sc or autoscaled()).to_json()
+    path.write_text(json.dumps({**data, **change}))
+    return path
+
+
+def one_line_error(capsys, path) -> str:
+    assert main(["simulate", "--scenario", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "provider, needle",
+    [
+        ({"kinds": 5}, "provider: kinds must be a list of kind names"),  # was a TypeError
+        ({"kinds": "k80", "spot_trace": ["a"]}, "provider: spot_trace must be a string or null"),
+        ({"kinds": "k80", "seeed": 1}, "provider: unknown field 'seeed'"),  # was ignored
+    ],
+)
+def test_cli_scenario_bad_provider_is_one_line_naming_the_file(tmp_path, capsys, provider, needle):
+    path = write_scenario(tmp_path, provider=provider)
+    assert f"--scenario {path}: {needle}" in one_line_error(capsys, path)
+
+
+def test_cli_impossible_goal_names_the_file_and_a_short_number(tmp_path, capsys):
+    """A 1e300 s micro-batch: the error named no file and printed a ~300-digit finish."""
+    path = write_scenario(tmp_path, host_s=1e300)
+    err = one_line_error(capsys, path)
+    assert f"--scenario {path}: deadline 14400 s is impossible" in err
+    assert re.search(r"finish is \d(\.\d+)?e\+30\d s, on ", err) and len(err) < 200
 
 
 def test_cli_scenario(tmp_path, capsys):

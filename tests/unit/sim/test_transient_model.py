@@ -23,7 +23,7 @@ import pytest
 
 from shoal.cli import main
 from shoal.errors import UserError
-from shoal.sim.transient import ClusterConfig, replicate_cluster
+from shoal.sim.transient import ClusterConfig, _replay, replicate_cluster
 from shoal.sim.transient_data import curve_split, load_measurements
 from shoal.sim.transient_fit import make_split, predict
 from shoal.sim.transient_model import fit
@@ -173,6 +173,9 @@ def test_cluster_spec():
         ("ps@us-east1", "at least one GPU worker"),
         ("99999999xk80", r"bad server count .* \(1 to 10,000\)"),  # hung building the list
         ("6000xk80,6000xv100", "'6000xv100': 12,000 servers so far, more than 10,000"),
+        # a bare "could not convert string to float: '1.2.3'", naming no item
+        ("2xk80,k80:spot=1.2.3", "^cluster spec item 'k80:spot=1.2.3': bad price '1.2.3'"),
+        ("k80:spot=.", "^cluster spec item 'k80:spot=.': bad price '.'"),
     ],
 )
 def test_cluster_spec_errors(spec, message):
@@ -243,6 +246,35 @@ def test_cluster_file_error_names_file_and_line(tmp_path, capsys):
     assert len(err) == 1 and err[0].startswith(f"shoal: error: {path}:3: unknown region 'mars-1'")
     assert main(["transient", "--cluster", "2xk80@us-east1:spot,1xh100", "--runs", "2"]) == 2
     assert "unknown device kind 'h100'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "spec, lines, needle",
+    [
+        # "no measured ResNet-18 ... speed for kind 't4'": which item, which file line?
+        ("2xk80,t4:spot", None, "cluster spec item 't4:spot': no measured ResNet-18"),
+        ("@{path}", "2xk80:spot\n\nt4:spot\n", "{path}:3: no measured ResNet-18"),
+        ("@{path}", "# a\n2xk80\nk80:spot=1.2.3\n", "{path}:3: bad price '1.2.3'"),
+    ],
+)
+def test_cli_item_errors_name_the_item_or_line(tmp_path, capsys, spec, lines, needle):
+    path = tmp_path / "cluster.txt"
+    if lines is not None:
+        path.write_text(lines)
+    assert main(["transient", "--cluster", spec.format(path=path), "--runs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"shoal: error: {needle.format(path=path)}")
+
+
+def test_revoked_workers_count_no_parameter_server(full_model):
+    """`--cluster k80,ps:spot` said "revoked workers: 11 of 200" with its only worker on demand:
+    the 11 were the spot server's revocations, which fail the run (counted there)."""
+    s = replicate_cluster(ClusterConfig(parse_cluster("k80,ps:spot"), full_model), 200, seed=3)
+    assert s.completed < s.runs and s.revoked == 0 and s.servers == 200
+    # a server lost after a worker: the worker counts, the server fails the run
+    run = _replay([math.inf, 3.0, 5.0], [1.0] * 3, ["k80", "k80", None],
+                  lambda alive: 1.0, 100, [True, False, True], num_workers=2)  # fmt: skip
+    assert (run.revoked, run.failed, run.duration_s) == (1, True, 5.0)
 
 
 def test_cli_runs_a_mixed_cluster(capsys):
