@@ -282,3 +282,15 @@ def test_cli_workload_that_is_a_directory(tmp_path, capsys):
     """Was 'workload file not found'."""
     assert main(["simulate", "--workload", str(tmp_path)]) == 2
     assert f"workload {tmp_path} is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["yarn-cs", "tiresias"])
+def test_cli_job_wider_than_the_cluster_under_a_gang_policy(tmp_path, capsys, policy):
+    """Was exit 0 with the job never run (makespan 0, or the one-year horizon)."""
+    path = tmp_path / "big.csv"
+    path.write_text(HEADER + "j1,0,cifar10,1000,128\n")
+    assert (
+        main(["simulate", "--policy", policy, "--workload", str(path), "--cluster", "2x4xt4"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "gang job j1 needs 1000 GPUs; the cluster has 8" in err and err.count("\n") == 1
