@@ -1,11 +1,14 @@
 """Workload loaders, bad input (one line naming file and line, exit code 2) and the CLI."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
 from shoal.cli import main
 from shoal.errors import UserError
+from shoal.sim.run import simulate
 from shoal.sim.workloads import load_workload, sample_philly
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
@@ -270,6 +273,10 @@ def test_philly_gpus_must_be_whole(tmp_path, gpus, ok):
     "argv, message",
     [
         (["--workload", "philly:5:1:9"], "bad Philly workload 'philly:5:1:9'"),  # ran philly:5:1
+        (["--json"], "--json needs --scenario"),  # was ignored
+        (["--json", "--list"], "--json needs --scenario"),
+        (["--compare", ""], "--compare '' names an empty policy"),  # ran --policy
+        (["--compare", "shoal,,pollux"], "--compare 'shoal,,pollux' names an empty policy"),
     ],
 )
 def test_cli_usage_errors_exit_2(capsys, argv, message):
@@ -294,3 +301,88 @@ def test_cli_job_wider_than_the_cluster_under_a_gang_policy(tmp_path, capsys, po
     )
     err = capsys.readouterr().err
     assert "gang job j1 needs 1000 GPUs; the cluster has 8" in err and err.count("\n") == 1
+
+
+def _four_cifar(tmp_path):
+    path = tmp_path / "four.csv"
+    path.write_text(HEADER + "".join(f"j{i},0,cifar10,1,128\n" for i in range(4)))
+    return str(path)
+
+
+def test_spot_nodes_of_the_cluster_spec_are_revoked_without_spot_flag(tmp_path):
+    """--cluster NxGxKIND:spot without --spot was revoked by no model (--help: default gce)."""
+    workload = _four_cifar(tmp_path)
+    default = simulate("yarn-cs", workload, "4x1xk80:spot")
+    assert default["revoked_nodes"] > 0
+    assert default == simulate("yarn-cs", workload, "4x1xk80:spot", "0:gce")
+    assert simulate("yarn-cs", workload, "4x1xk80:spot", "0:none")["revoked_nodes"] == 0
+
+
+@pytest.mark.parametrize("spot, warned", [("0.2", True), ("0.25", False), ("0", False)])
+def test_a_spot_fraction_that_buys_no_node_warns(tmp_path, capsys, spot, warned):
+    """0.2 of 2 nodes rounds to 0: the run had no spot at all, silently (0.25: 0.5, half up)."""
+    argv = ["simulate", "--workload", _four_cifar(tmp_path), "--cluster", "2x4xv100,2x4xt4"]
+    assert main([*argv, "--spot", f"{spot}:none"]) == 0
+    err = capsys.readouterr().err
+    if warned:
+        assert err == "shoal: warning: --spot 0.2 buys no spot node in 2x4xv100, 2x4xt4 " + (
+            "(the fraction of its node count rounds to 0)\n"
+        )
+    else:
+        assert err == ""
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory no file can be created in (chmod; as root, the immutable attribute)."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    immutable = False
+    try:
+        if os.access(d, os.W_OK):  # root ignores the mode
+            immutable = (
+                subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0
+            )
+            if not immutable:
+                pytest.skip("cannot make a directory unwritable here")
+        yield d
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(d)], check=True)
+        d.chmod(0o755)
+
+
+def test_cli_out_that_cannot_be_written_fails_before_work(unwritable_dir, capsys, monkeypatch):
+    """Was a PermissionError traceback after the whole simulation."""
+    import shoal.sim.run as run
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("simulated before checking --out")
+
+    monkeypatch.setattr(run, "Simulator", no_simulation)
+    argv = ["simulate", "--workload", "philly:5:1", "--cluster", "2x4xt4"]
+    assert main([*argv, "--out", str(unwritable_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{unwritable_dir}'" in err and err.count("\n") == 1
+    assert list(unwritable_dir.iterdir()) == []
+
+
+def test_cli_write_error_is_one_line(tmp_path, capsys):
+    """An OSError while writing (here a directory where jobs.csv goes) was a traceback."""
+    (tmp_path / "jobs.csv").mkdir()
+    argv = ["simulate", "--workload", "philly:2", "--cluster", "2x4xt4", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{tmp_path}': {tmp_path / 'jobs.csv'}: Is a directory" in err
+    assert err.count("\n") == 1
+
+
+def test_cli_no_plots_removes_the_plots_of_an_earlier_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["simulate", "--workload", "philly:2", "--cluster", "2x4xt4", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "jct_cdf.png").is_file() and (out / "gpus_in_use.png").is_file()
+    (out / "mine.png").write_text("not ours")
+    assert main([*argv, "--no-plots"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["jobs.csv", "mine.png", "summary.json"]
