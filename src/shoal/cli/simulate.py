@@ -28,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--spot",
-        help="FRACTION[:MODEL]: buy this fraction of nodes as spot; MODEL = gce, bathtub, p3, "
-        "g4dn or none (default gce)",
+        help="FRACTION[:MODEL]: buy this fraction of each node group as spot (rounded half up); "
+        "MODEL revokes them and the cluster's own :spot nodes: gce, bathtub, p3, g4dn or none "
+        "(default gce)",
     )
     p.add_argument(
         "--seed",
@@ -47,7 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"
     )
-    p.add_argument("--no-plots", action="store_true", help="with --out: write no PNG plots")
+    p.add_argument(
+        "--no-plots",
+        action="store_true",
+        help="with --out: write no PNG plots (and remove an earlier run's)",
+    )
     p.add_argument(
         "--scenario",
         metavar="FILE",
@@ -100,8 +105,11 @@ def _register_transient(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from shoal.errors import UserError
     from shoal.sim.run import list_choices, simulate_cli
 
+    if args.json and not args.scenario:  # was ignored: a table where JSON was asked for
+        raise UserError("--json needs --scenario (a policy run prints a table; --out writes JSON)")
     if args.scenario:
         return _run_scenario(args)
     if args.list:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 from shoal.errors import UserError
 from shoal.perf.devices import load_devices
@@ -47,17 +48,25 @@ class ClusterSpec:
         return sum(g.count * g.gpus_per_node for g in self.groups)
 
     def with_spot_fraction(self, fraction: float) -> ClusterSpec:
-        """The same cluster with `fraction` of each group's nodes bought as spot."""
+        """The same cluster with `fraction` of each group's nodes bought as spot (`spot_nodes`)."""
         if not 0 <= fraction <= 1:
             raise UserError(f"spot fraction must be in [0, 1], got {fraction}")
         groups: list[NodeGroup] = []
         for g in self.groups:
-            spot = round(g.count * fraction)
+            spot = spot_nodes(g.count, fraction)
             if g.count - spot:
                 groups.append(NodeGroup(g.count - spot, g.gpus_per_node, g.kind, g.tier))
             if spot:
                 groups.append(NodeGroup(spot, g.gpus_per_node, g.kind, "spot"))
         return ClusterSpec(tuple(groups))
+
+
+def spot_nodes(count: int, fraction: float) -> int:
+    """How many of a group's `count` nodes `fraction` buys as spot: count x fraction rounded
+    half up, in the decimal the user wrote (0.3 x 5 is 1.5, so 2). Python's round() took halves
+    to even: at 0.5, 1 node bought 0, 3 bought 2 but 5 also 2."""
+    exact = Decimal(repr(fraction)) * count
+    return int(exact.to_integral_value(rounding=ROUND_HALF_UP))
 
 
 MAX_GPUS = 100_000  # the largest clusters built; the simulator's rounds are O(nodes)

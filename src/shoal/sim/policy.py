@@ -9,7 +9,9 @@ tick while jobs are active, as Pollux does every 60 s, instead of only after eve
 `inplace_rescale` (the job's runtime rescales in place, costing `rescale_s`, instead of by
 checkpoint-restart, costing `restart_s`). A periodic policy whose plan moves only with events
 (arrivals, completions, revocations), never with time alone, may set an optional `quiesce = True`
-to let the simulator pause its rounds after a round that changed nothing.
+to let the simulator pause its rounds after a round that changed nothing. A policy that runs
+every job as a gang of its requested GPUs, elastic or not, sets an optional `gangs_only = True`,
+so the simulator refuses a job wider than the cluster before any work, as it does a gang job.
 """
 
 from __future__ import annotations

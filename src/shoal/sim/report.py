@@ -72,8 +72,13 @@ def summarize(result: SimResult) -> dict:
     }
 
 
+PLOT_FILES = ("jct_cdf.png", "gpus_in_use.png")  # the files `_plot` writes
+
+
 def write_outputs(result: SimResult, out_dir: Path, plots: bool = True) -> dict:
-    """Write `jobs.csv`, `summary.json` and (optionally) `jct_cdf.png`, `gpus_in_use.png`."""
+    """Write `jobs.csv`, `summary.json` and (optionally) the `PLOT_FILES`; without plots, the
+    plots an earlier run left in `out_dir` are removed, so none sits beside numbers it does not
+    show."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = job_rows(result)
     with (out_dir / "jobs.csv").open("w", newline="") as fh:
@@ -84,6 +89,9 @@ def write_outputs(result: SimResult, out_dir: Path, plots: bool = True) -> dict:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if plots:
         _plot(result, rows, out_dir)
+    else:
+        for name in PLOT_FILES:
+            (out_dir / name).unlink(missing_ok=True)
     return summary
 
 

@@ -107,15 +107,29 @@ class Simulator:
         for group in cluster.groups:
             for _ in range(group.count):
                 self._add_node(group.kind, group.tier, group.gpus_per_node, 0.0)
-        total_gpus = cluster.num_gpus
         self.num_jobs = len(jobs)
-        for spec in sorted(jobs, key=lambda j: (j.arrival_s, j.name)):
-            if not spec.elastic and spec.requested_gpus > total_gpus:
+        ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
+        self._check_jobs(ordered, cluster.num_gpus)
+        for spec in ordered:
+            self._push(spec.arrival_s, _ARRIVE, JobRun(spec))
+
+    def _check_jobs(self, jobs: list[JobSpec], total_gpus: int) -> None:
+        """Jobs that could never finish are errors before any work. A policy that runs every
+        job as a gang (`gangs_only`, e.g. YARN-CS, Tiresias) never started one wider than the
+        cluster: exit 0 with makespan 0 or a year. Jobs are told apart by name (pending,
+        running and billing are keyed by it), so a repeated name lost a job."""
+        gangs_only = getattr(self.policy, "gangs_only", False)
+        names: set[str] = set()
+        for spec in jobs:
+            if (gangs_only or not spec.elastic) and spec.requested_gpus > total_gpus:
+                why = f" ({self.policy.name} runs every job as a gang)" if spec.elastic else ""
                 raise UserError(
                     f"gang job {spec.name} needs {spec.requested_gpus} GPUs; the cluster has "
-                    f"{total_gpus}"
+                    f"{total_gpus}{why}"
                 )
-            self._push(spec.arrival_s, _ARRIVE, JobRun(spec))
+            if spec.name in names:
+                raise UserError(f"job name {spec.name!r} repeats: each job needs its own")
+            names.add(spec.name)
 
     # -- events --------------------------------------------------------------------------
     def _push(self, t: float, action: int, arg: object) -> None:

@@ -60,17 +60,23 @@ def mean_gain(app: str, batch_size: float) -> float:
 
 
 def _rows(path: Path):
+    # utf-8-sig: a byte-order mark (as spreadsheets write) would otherwise stick to the first
+    # column's name, so a Pollux file lost its `name` column and a Philly one its `timestamp`
+    rows = 0
     try:
-        with path.open(newline="") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None:
                 raise UserError(f"{path}:1: empty workload file")
             for lineno, row in enumerate(reader, start=2):
                 if row and any(cell.strip() for cell in row):
+                    rows += 1
                     yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    if not rows:  # a header alone ran 0 jobs, exit 0 (Philly: an IndexError)
+        raise UserError(f"{path}: no jobs")
 
 
 def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
@@ -95,6 +101,30 @@ def _check_length(path: Path, lineno: int, what: str, seconds: float) -> None:
         )
 
 
+def _check_arrival(path: Path, lineno: int, what: str, arrival_s: float) -> None:
+    """A job arriving at or after the horizon never ran: the simulation stopped first and the
+    job vanished from the results (an arrival of 1e300 s also made the makespan 1e300 s)."""
+    if arrival_s >= MAX_TIME_S:
+        raise UserError(
+            f"{path}:{lineno}: {what}: the job arrives {arrival_s / 86400:,.3g} days after the "
+            f"start, not before the simulator's horizon of {MAX_TIME_S / 86400:.0f} days"
+        )
+
+
+def _arrival_s(path: Path, lineno: int, row: dict) -> float:
+    arrival_s = _num(path, lineno, row, "time")
+    _check_arrival(path, lineno, f"time {arrival_s:g}", arrival_s)
+    return arrival_s
+
+
+def _whole(text: str) -> int:
+    """A whole number, also written as a float ('4.0'); 1.5 GPUs is an error, not 1 GPU."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
 def _app(path: Path, lineno: int, name: str, table: dict[str, str] | None = None) -> str:
     app = (table or {a: a for a in APPS}).get(name.strip().lower())
     if app is None:
@@ -104,12 +134,19 @@ def _app(path: Path, lineno: int, name: str, table: dict[str, str] | None = None
 
 def load_pollux_workload(path: Path) -> list[JobSpec]:
     jobs = []
+    first_line: dict[str, int] = {}
     for lineno, row, _ in _rows(path):
+        name = row.get("name") or f"job-{lineno}"
+        # the simulator tells jobs by name: a repeat silently dropped a job from the results
+        # while it still held GPUs (only EasyScale's format documents a repeat as a replacement)
+        if name in first_line:
+            raise UserError(f"{path}:{lineno}: job name {name!r} repeats line {first_line[name]}")
+        first_line[name] = lineno
         app = _app(path, lineno, row.get("application", ""))
         jobs.append(
             JobSpec(
-                name=row.get("name") or f"job-{lineno}",
-                arrival_s=_num(path, lineno, row, "time"),
+                name=name,
+                arrival_s=_arrival_s(path, lineno, row),
                 app=app,
                 requested_gpus=_num(path, lineno, row, "num_replicas", int, 1),
                 batch_size=_num(path, lineno, row, "batch_size", int, 1),
@@ -122,6 +159,9 @@ def load_pollux_workload(path: Path) -> list[JobSpec]:
 def load_easyscale_workload(path: Path) -> list[JobSpec]:
     by_name: dict[str, JobSpec] = {}
     for lineno, row, _ in _rows(path):
+        name = (row.get("name") or "").strip()
+        if not name:  # was a KeyError traceback without the column
+            raise UserError(f"{path}:{lineno}: missing 'name' value")
         app = _app(path, lineno, row.get("application", ""), EASYSCALE_APPS)
         mp = _num(path, lineno, row, "max_parallelism", int, 1)
         batch = _num(path, lineno, row, "batch_size", int, 1) * mp
@@ -135,9 +175,9 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         if kind is not None and kind not in load_devices().memory_gib:
             raise UserError(f"{path}:{lineno}: unknown GPU kind {kind!r}")
         # a repeated name replaces the earlier row, as EasyScale's simulator does
-        by_name[row["name"]] = JobSpec(
-            name=row["name"],
-            arrival_s=_num(path, lineno, row, "time"),
+        by_name[name] = JobSpec(
+            name=name,
+            arrival_s=_arrival_s(path, lineno, row),
             app=app,
             requested_gpus=mp,
             batch_size=batch,
@@ -159,7 +199,7 @@ def _philly_rows(path: Path) -> tuple[tuple[float, float, int, int], ...]:
             raise UserError(f"{path}:{lineno}: bad timestamp {raw[0]!r}") from None
         duration = _num(path, lineno, row, "duration", float, 0)
         _check_length(path, lineno, f"duration {duration:g}", duration)
-        gpus = _num(path, lineno, row, "num_gpus", lambda v: int(float(v)), 1)
+        gpus = _num(path, lineno, row, "num_gpus", _whole, 1)
         out.append((ts, duration, gpus, lineno))
     out.sort()
     return tuple(out)
@@ -193,6 +233,8 @@ def sample_philly(
     t0 = chosen[0][0]
     jobs = []
     for ts, duration, gpus, lineno in chosen:
+        if ts - t0 >= MAX_TIME_S:  # the text back only for the message (philly:all: 82k rows)
+            _check_arrival(path, lineno, f"timestamp {datetime.fromtimestamp(ts)}", ts - t0)
         gpu_hours = duration * gpus / 3600
         apps = next(
             (a for limit, a in PHILLY_APPS_BY_GPU_HOURS if gpu_hours < limit), PHILLY_APPS_LONG
@@ -231,13 +273,17 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
         return load_pollux_workload(pollux_workload_path(spec))
     if spec.startswith("philly:"):
         parts = spec.split(":")
+        if len(parts) > 3:  # philly:5:1:9 ran, its extra part dropped
+            raise UserError(f"bad Philly workload {spec!r} (expected philly:N[:SEED])")
         count = None if parts[1] == "all" else _int_arg(parts[1], spec)
         return sample_philly(count, _int_arg(parts[2], spec) if len(parts) > 2 else seed)
     path = Path(spec)
+    if path.is_dir():
+        raise UserError(f"workload {spec} is a directory, not a CSV file")
     if not path.is_file():
         raise UserError(f"workload file not found: {spec}")
     try:
-        with path.open() as fh:
+        with path.open(encoding="utf-8-sig") as fh:
             header = fh.readline()
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None

@@ -6,6 +6,7 @@ import random
 import pytest
 
 from shoal.cluster.nodes import parse_cluster
+from shoal.errors import UserError
 from shoal.perf.goodput import goodput_model
 from shoal.perf.profiles import load_profile
 from shoal.sim.jobs import JobSpec
@@ -184,3 +185,23 @@ def test_a_goodput_policy_grows_a_lone_job_as_its_scaling_improves(policy):
     (run,) = result.jobs
     assert max(n for _, n in result.timeline) >= 12
     assert run.finish_s < 3600.0
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_a_job_wider_than_the_cluster_under_a_gang_policy(policy):
+    """YARN-CS and Tiresias run every job as a gang: one wider than the cluster never started
+    (exit 0, makespan 0 or the horizon). Policies that resize elastic jobs still run it."""
+    wide = _job("wide", gpus=9)
+    if policy in ("yarn-cs", "tiresias"):
+        with pytest.raises(UserError, match="gang job wide needs 9 GPUs; the cluster has 8"):
+            Simulator([wide], parse_cluster("2x4xt4"), make_policy(policy))
+    else:
+        result = Simulator([wide], parse_cluster("2x4xt4"), make_policy(policy)).run()
+        assert result.jobs[0].finish_s is not None
+
+
+def test_a_repeated_job_name_is_an_error():
+    """Pending, running and billing are keyed by name: a repeat lost a job from the results."""
+    jobs = [_job("j"), _job("j", arrival=5.0)]
+    with pytest.raises(UserError, match="job name 'j' repeats"):
+        Simulator(jobs, parse_cluster("2x4xt4"), make_policy("shoal"))

@@ -1,11 +1,14 @@
 """Workload loaders, bad input (one line naming file and line, exit code 2) and the CLI."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
 from shoal.cli import main
 from shoal.errors import UserError
+from shoal.sim.run import simulate
 from shoal.sim.workloads import load_workload, sample_philly
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
@@ -180,3 +183,206 @@ def test_cli_out_that_is_a_file_exit_2(tmp_path, capsys, compare):
     err = capsys.readouterr().err
     assert f"cannot write to --out '{blocker}" in err and err.count("\n") == 1
     assert blocker.read_text() == "kept"
+
+
+# -- defects found by the exploratory tester (session 17) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "rows, line, name",
+    [
+        ("j1,0,cifar10,2,128\nj1,5,cifar10,2,128\n", 3, "j1"),
+        # a row without a name is called job-LINE: a row named so is a repeat too
+        ("job-3,0,cifar10,2,128\n,5,cifar10,2,128\n", 3, "job-3"),
+    ],
+)
+def test_a_repeated_pollux_job_name(tmp_path, rows, line, name):
+    """Was exit 0 with one job fewer in the results, the phantom still holding GPUs."""
+    path = tmp_path / "dup.csv"
+    path.write_text(HEADER + rows)
+    with pytest.raises(UserError, match=f"{path}:{line}: job name '{name}' repeats line 2"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (HEADER + "a,0,ncf,1,256\nb,31622400,ncf,1,256\n", "3: time 3.16224e+07: the job arrives"),
+        (HEADER + "a,0,ncf,1,256\nb,1e300,ncf,1,256\n", "3: time 1e+300: the job arrives"),
+        (ES_HEADER + "a,31536000,bert,4,8,1,1,v100,0\n", "2: time 3.1536e+07: the job arrives"),
+        (
+            PHILLY_HEADER + "2017-10-03 01:00:00,60,1,60,x\n2018-12-03 01:00:00,60,1,60,x\n",
+            "3: timestamp 2018-12-03 01:00:00: the job arrives 426 days",
+        ),
+    ],
+)
+def test_a_job_arriving_after_the_horizon(tmp_path, text, message):
+    """Was exit 0: the job vanished from the results (an arrival of 1e300 s: makespan 1e300)."""
+    path = tmp_path / "w.csv"
+    path.write_text(text)
+    with pytest.raises(UserError) as info:
+        load_workload(str(path))
+    assert str(info.value).startswith(f"{path}:{message}")
+    assert str(info.value).endswith("not before the simulator's horizon of 365 days")
+
+
+@pytest.mark.parametrize("header", [HEADER, ES_HEADER, PHILLY_HEADER])
+def test_a_workload_of_only_a_header(tmp_path, header):
+    """Pollux and EasyScale ran 0 jobs, exit 0; Philly was an IndexError traceback."""
+    path = tmp_path / "w.csv"
+    path.write_text(header + "\n")
+    with pytest.raises(UserError, match=f"^{path}: no jobs$"):
+        load_workload(str(path))
+
+
+def test_easyscale_row_without_a_name(tmp_path):
+    """Was a KeyError traceback."""
+    path = tmp_path / "es.csv"
+    path.write_text(ES_HEADER.removeprefix("name,") + "10,bert,4,8,1,1,v100,0\n")
+    with pytest.raises(UserError, match=f"{path}:2: missing 'name' value"):
+        load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    "header, row, name",
+    [
+        (HEADER, "j1,0,cifar10,2,128", "j1"),  # was job-2: the name column was lost
+        (ES_HEADER, "a,10,bert,4,8,1,1,v100,0", "a"),  # was a KeyError
+        (PHILLY_HEADER, "2017-10-09 07:01:55,66,1,66,x", "philly-2"),  # was 'bad timestamp'
+    ],
+)
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path, header, row, name):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + (header + row + "\n").encode())
+    assert [j.name for j in load_workload(str(path))] == [name]
+
+
+@pytest.mark.parametrize("gpus, ok", [("1.5", False), ("2.0", True), ("2", True)])
+def test_philly_gpus_must_be_whole(tmp_path, gpus, ok):
+    """1.5 GPUs silently became 1."""
+    path = tmp_path / "philly.csv"
+    path.write_text(PHILLY_HEADER + f"2017-10-03,60,{gpus},60,x\n")
+    if ok:
+        assert [j.requested_gpus for j in load_workload(str(path))] == [2]
+    else:
+        with pytest.raises(UserError, match=f"{path}:2: bad or missing 'num_gpus' value '1.5'"):
+            load_workload(str(path))
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--workload", "philly:5:1:9"], "bad Philly workload 'philly:5:1:9'"),  # ran philly:5:1
+        (["--json"], "--json needs --scenario"),  # was ignored
+        (["--json", "--list"], "--json needs --scenario"),
+        (["--compare", ""], "--compare '' names an empty policy"),  # ran --policy
+        (["--compare", "shoal,,pollux"], "--compare 'shoal,,pollux' names an empty policy"),
+    ],
+)
+def test_cli_usage_errors_exit_2(capsys, argv, message):
+    assert main(["simulate", "--cluster", "1x4xt4", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_workload_that_is_a_directory(tmp_path, capsys):
+    """Was 'workload file not found'."""
+    assert main(["simulate", "--workload", str(tmp_path)]) == 2
+    assert f"workload {tmp_path} is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policy", ["yarn-cs", "tiresias"])
+def test_cli_job_wider_than_the_cluster_under_a_gang_policy(tmp_path, capsys, policy):
+    """Was exit 0 with the job never run (makespan 0, or the one-year horizon)."""
+    path = tmp_path / "big.csv"
+    path.write_text(HEADER + "j1,0,cifar10,1000,128\n")
+    assert (
+        main(["simulate", "--policy", policy, "--workload", str(path), "--cluster", "2x4xt4"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "gang job j1 needs 1000 GPUs; the cluster has 8" in err and err.count("\n") == 1
+
+
+def _four_cifar(tmp_path):
+    path = tmp_path / "four.csv"
+    path.write_text(HEADER + "".join(f"j{i},0,cifar10,1,128\n" for i in range(4)))
+    return str(path)
+
+
+def test_spot_nodes_of_the_cluster_spec_are_revoked_without_spot_flag(tmp_path):
+    """--cluster NxGxKIND:spot without --spot was revoked by no model (--help: default gce)."""
+    workload = _four_cifar(tmp_path)
+    default = simulate("yarn-cs", workload, "4x1xk80:spot")
+    assert default["revoked_nodes"] > 0
+    assert default == simulate("yarn-cs", workload, "4x1xk80:spot", "0:gce")
+    assert simulate("yarn-cs", workload, "4x1xk80:spot", "0:none")["revoked_nodes"] == 0
+
+
+@pytest.mark.parametrize("spot, warned", [("0.2", True), ("0.25", False), ("0", False)])
+def test_a_spot_fraction_that_buys_no_node_warns(tmp_path, capsys, spot, warned):
+    """0.2 of 2 nodes rounds to 0: the run had no spot at all, silently (0.25: 0.5, half up)."""
+    argv = ["simulate", "--workload", _four_cifar(tmp_path), "--cluster", "2x4xv100,2x4xt4"]
+    assert main([*argv, "--spot", f"{spot}:none"]) == 0
+    err = capsys.readouterr().err
+    if warned:
+        assert err == "shoal: warning: --spot 0.2 buys no spot node in 2x4xv100, 2x4xt4 " + (
+            "(the fraction of its node count rounds to 0)\n"
+        )
+    else:
+        assert err == ""
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory no file can be created in (chmod; as root, the immutable attribute)."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    immutable = False
+    try:
+        if os.access(d, os.W_OK):  # root ignores the mode
+            immutable = (
+                subprocess.run(["chattr", "+i", str(d)], capture_output=True).returncode == 0
+            )
+            if not immutable:
+                pytest.skip("cannot make a directory unwritable here")
+        yield d
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(d)], check=True)
+        d.chmod(0o755)
+
+
+def test_cli_out_that_cannot_be_written_fails_before_work(unwritable_dir, capsys, monkeypatch):
+    """Was a PermissionError traceback after the whole simulation."""
+    import shoal.sim.run as run
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("simulated before checking --out")
+
+    monkeypatch.setattr(run, "Simulator", no_simulation)
+    argv = ["simulate", "--workload", "philly:5:1", "--cluster", "2x4xt4"]
+    assert main([*argv, "--out", str(unwritable_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{unwritable_dir}'" in err and err.count("\n") == 1
+    assert list(unwritable_dir.iterdir()) == []
+
+
+def test_cli_write_error_is_one_line(tmp_path, capsys):
+    """An OSError while writing (here a directory where jobs.csv goes) was a traceback."""
+    (tmp_path / "jobs.csv").mkdir()
+    argv = ["simulate", "--workload", "philly:2", "--cluster", "2x4xt4", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write to --out '{tmp_path}': {tmp_path / 'jobs.csv'}: Is a directory" in err
+    assert err.count("\n") == 1
+
+
+def test_cli_no_plots_removes_the_plots_of_an_earlier_run(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["simulate", "--workload", "philly:2", "--cluster", "2x4xt4", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "jct_cdf.png").is_file() and (out / "gpus_in_use.png").is_file()
+    (out / "mine.png").write_text("not ours")
+    assert main([*argv, "--no-plots"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["jobs.csv", "mine.png", "summary.json"]

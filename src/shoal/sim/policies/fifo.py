@@ -16,6 +16,7 @@ class FifoPolicy:
     name = "yarn-cs"
     periodic = False
     inplace_rescale = False
+    gangs_only = True
 
     def schedule(self, view: ClusterView) -> dict[str, Decision]:
         decisions: dict[str, Decision] = {}

@@ -23,6 +23,7 @@ class TiresiasPolicy:
     name: str = "tiresias"
     periodic: bool = True
     inplace_rescale: bool = False
+    gangs_only: bool = True
 
     def _queue(self, gpu_s: float) -> int:
         return sum(gpu_s >= t for t in self.thresholds_gpu_s)
