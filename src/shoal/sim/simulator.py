@@ -109,23 +109,30 @@ class Simulator:
                 self._add_node(group.kind, group.tier, group.gpus_per_node, 0.0)
         self.num_jobs = len(jobs)
         ordered = sorted(jobs, key=lambda j: (j.arrival_s, j.name))
-        self._check_jobs(ordered, cluster.num_gpus)
+        self._check_jobs(ordered, cluster)
         for spec in ordered:
             self._push(spec.arrival_s, _ARRIVE, JobRun(spec))
 
-    def _check_jobs(self, jobs: list[JobSpec], total_gpus: int) -> None:
+    def _check_jobs(self, jobs: list[JobSpec], cluster: ClusterSpec) -> None:
         """Jobs that could never finish are errors before any work. A policy that runs every
         job as a gang (`gangs_only`, e.g. YARN-CS, Tiresias) never started one wider than the
-        cluster: exit 0 with makespan 0 or a year. Jobs are told apart by name (pending,
-        running and billing are keyed by it), so a repeated name lost a job."""
+        cluster, or than its preferred kind (a gang is placed on that kind only): exit 0 with
+        makespan 0 or a year. Jobs are told apart by name (pending, running and billing are
+        keyed by it), so a repeated name lost a job."""
         gangs_only = getattr(self.policy, "gangs_only", False)
+        by_kind: dict[str, int] = {}
+        for g in cluster.groups:
+            by_kind[g.kind] = by_kind.get(g.kind, 0) + g.count * g.gpus_per_node
         names: set[str] = set()
         for spec in jobs:
-            if (gangs_only or not spec.elastic) and spec.requested_gpus > total_gpus:
+            kind = spec.preferred_kind
+            room = by_kind.get(kind, 0) if kind else cluster.num_gpus
+            if (gangs_only or not spec.elastic) and spec.requested_gpus > room:
                 why = f" ({self.policy.name} runs every job as a gang)" if spec.elastic else ""
+                where = f"{kind} GPUs, its preferred kind" if kind else "GPUs"
                 raise UserError(
                     f"gang job {spec.name} needs {spec.requested_gpus} GPUs; the cluster has "
-                    f"{total_gpus}{why}"
+                    f"{room} {where}{why}"
                 )
             if spec.name in names:
                 raise UserError(f"job name {spec.name!r} repeats: each job needs its own")

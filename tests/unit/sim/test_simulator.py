@@ -200,6 +200,18 @@ def test_a_job_wider_than_the_cluster_under_a_gang_policy(policy):
         assert result.jobs[0].finish_s is not None
 
 
+def test_a_gang_wider_than_its_preferred_kind_is_an_error():
+    """A gang is placed on its preferred kind only: 8 GPUs on a cluster of 4 V100 and 8 T4 never
+    started under YARN-CS; an elastic policy runs it within the V100s."""
+    from dataclasses import replace
+
+    job = replace(_job("v", gpus=8), preferred_kind="v100")
+    cluster = parse_cluster("1x4xv100,2x4xt4")
+    with pytest.raises(UserError, match="needs 8 GPUs; the cluster has 4 v100 GPUs, its preferred"):
+        Simulator([job], cluster, make_policy("yarn-cs"))
+    assert Simulator([job], cluster, make_policy("shoal")).run().jobs[0].finish_s is not None
+
+
 def test_a_repeated_job_name_is_an_error():
     """Pending, running and billing are keyed by name: a repeat lost a job from the results."""
     jobs = [_job("j"), _job("j", arrival=5.0)]
