@@ -276,30 +276,40 @@ def resume_hint(spec: RunSpec) -> str:
 
 
 def wind_down(controller, grace_s: float = GRACE_S) -> str:
-    """The launcher was interrupted: ask every worker to leave at its next step boundary (the
-    last to leave writes a durable checkpoint), keep the controller's loop going meanwhile so
-    that survivors of partial leaves re-form, and kill what is left after `grace_s`. Returns
-    the message for the user."""
+    """The launcher was interrupted: ask every member to leave at its next step boundary, as a
+    notice does (each is logged as a `leave`); the members agree to leave at the same boundary
+    and rank 0 writes a durable checkpoint there (runtime/loop.py). A worker still starting holds
+    no state: it is killed, unlogged, as it never joined. The controller's loop goes on
+    meanwhile, so that a member asked too late to leave with the others re-forms and leaves
+    after one more step, and what is left after `grace_s` is killed. Returns the message for
+    the user."""
     controller.pending.clear()  # no more injected events, no more joins
     try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except ValueError:
         pass
     for w in controller.workers.values():
-        if w.proc.poll() is not None:
-            continue
-        if w.state == "starting":  # holds no state: nothing to save
+        code = w.proc.poll()
+        if w.state in ("member", "leaving") and code in (None, 0):
+            # a graceful leave, logged as one (a Ctrl-C reaches the workers too: a member may
+            # have left already, not yet reaped; one that left after a notice keeps its cause)
+            if w.state == "member" or code is None:
+                w.cause = w.cause or "interrupted: asked to leave at a step boundary"
+            w.state = "leaving"
+            if code is None:
+                w.proc.send_signal(signal.SIGTERM)
+        elif w.state == "starting" and code is None:  # holds no state: nothing to save
             w.proc.kill()
-        else:
-            w.cause = w.cause or "interrupted: asked to leave at a step boundary"
-            w.proc.send_signal(signal.SIGTERM)
+            w.proc.wait()
+            w.state = "gone"  # it never joined: nothing to log
     deadline = time.monotonic() + grace_s
     try:
-        while time.monotonic() < deadline:
-            if all(w.proc.poll() is not None for w in controller.workers.values()):
-                break
+        while True:
+            ended = all(w.proc.poll() is not None for w in controller.workers.values())
             controller.read_progress()
-            controller.reap()
+            controller.reap()  # once more after the last exit: its leave is logged too
+            if ended or time.monotonic() >= deadline:
+                break
             controller.admit_and_regroup()
             time.sleep(0.05)
     except (RunFailed, UserError):

@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -45,7 +45,7 @@ from shoal.runtime.local_update import LocalUpdate
 from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256, training_state
-from shoal.runtime.trainer import Trainer
+from shoal.runtime.trainer import StepRecord, Trainer
 from shoal.runtime.transfer import sync_state
 
 
@@ -317,8 +317,21 @@ def _train(w: Worker, group: Group, device: torch.device):
             w.checkpointer.maybe_save(trainer.step, lambda: training_state(trainer))
         first = False
         if rec.leaving or rec.regroup:
-            break
+            return replace(rec, leaving=_leaving(w, group, rec, device))
     return rec
+
+
+def _leaving(w: Worker, group: Group, rec: StepRecord, device: torch.device) -> list[int]:
+    """The ranks that leave at a boundary where the generation ends anyway (a leave or a
+    regroup): those the step's flags named, and every member asked to leave since it sent its
+    own. An interrupted launcher asks every worker at once, but the signals land a little
+    apart; without this the first ones left and the others re-formed to train a step alone."""
+    if not dist.is_initialized():
+        return sorted(set(rec.leaving) | ({group.rank} if w.leave else set()))
+    flags = torch.zeros(group.world_size, dtype=torch.int64, device=device)
+    flags[group.rank] = int(w.leave)
+    collective(dist.all_reduce, flags)
+    return sorted(set(rec.leaving) | {r for r, f in enumerate(flags.tolist()) if f})
 
 
 def _on_sigterm(w: Worker) -> None:
