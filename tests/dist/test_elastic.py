@@ -109,6 +109,23 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
     assert "already holds checkpoints" in err
 
 
+def test_a_newcomers_result_covers_the_whole_run(tmp_path):
+    """A lone worker is killed while the one added before it still starts: the newcomer
+    restarts from scratch and writes result.json, whose wall time and samples/s covered only
+    the newcomer's own life."""
+    out = tmp_path / "restart"
+    events = "step 1: add k80; step 2: kill 0"  # the k80 needs seconds to start: w0 dies alone
+    result = shoal_run(
+        out, "v100", STEPS, "--events", events, env={"SHOAL_EMULATED_HOST_S": "0.02"}
+    )
+    steps = [r for r in metrics(out) if r["kind"] == "step"]
+    assert sorted(r["step"] for r in steps) == list(range(STEPS))
+    # the whole run, on the step lines' clock: the newcomer joined seconds after the start
+    assert result["wall_time_s"] >= max(r["wall_time_s"] for r in steps)
+    samples = sum(r["global_batch_size"] for r in steps)
+    assert result["samples_per_s"] == pytest.approx(samples / result["wall_time_s"])
+
+
 def kill_tree(pid):
     """SIGKILL a process and all its descendants (torchrun starts workers in new sessions)."""
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):

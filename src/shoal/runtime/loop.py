@@ -67,7 +67,10 @@ class Worker:
     has_state: bool = False
     attempted: int = -1  # the step in flight when the last group broke (-1: none)
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
-    samples_at_start: int = 0  # a resumed run counts its own samples
+    # what result.json counts from: the samples of the state this attempt began with (None:
+    # not known yet, see _count_from) and the wall-clock time (None: the run's clock, t0)
+    samples_at_start: int | None = None
+    counted_since: float | None = None
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
     earlier_ids: tuple[str, ...] | None = None  # a restarted process: the last group's members
 
@@ -144,7 +147,6 @@ def main(config: RunConfig) -> int:
     w.note("ready")
     for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C too: leave at a step boundary
         signal.signal(sig, lambda *_: _on_sigterm(w))
-    start = time.perf_counter()
     while w.trainer.step < config.steps:
         group = w.membership.join()
         if group is None:
@@ -152,7 +154,7 @@ def main(config: RunConfig) -> int:
         code = _generation(w, group, device)
         if code is not None:
             return code
-    wall_s = time.perf_counter() - start
+    wall_s = time.time() - (w.counted_since or w.t0)  # see _count_from
     if w.trainer.local:  # local-update mode: the last round's outer step, one final model
         w.trainer.local.finish(w.trainer)
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
@@ -205,6 +207,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
+    if not config.resume:
+        w.samples_at_start = 0  # a run from scratch: result.json counts every sample
     if membership.restarted:
         _continue_earlier_life(w)
     if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
@@ -298,8 +302,7 @@ def _train(w: Worker, group: Group, device: torch.device):
     if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
         trainer.exchange.share(device, trainer.step)
     w.note(f"state at step {trainer.step} from {source}")
-    if not w.has_state:
-        w.samples_at_start = trainer.samples_seen
+    _count_from(w, group, device)
     w.has_state, w.attempted = True, -1
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
     if w.writer and w.earlier_ids is not None:
@@ -319,6 +322,26 @@ def _train(w: Worker, group: Group, device: torch.device):
         if rec.leaving or rec.regroup:
             return replace(rec, leaving=_leaving(w, group, rec, device))
     return rec
+
+
+def _count_from(w: Worker, group: Group, device: torch.device) -> None:
+    """What result.json's wall time and samples/s count from: the start of this attempt (the
+    run's clock, `t0`) and the samples of the state it began with, whichever worker writes it.
+    From scratch that is sample 0. On a resume it is the resumed state's, which the first group
+    loaded: its members pass it on to the newcomers of each later group (a MIN all-reduce,
+    `unknown` standing for a newcomer's). A worker whose group never met one of them (every
+    holder lost, or a torchrun restart of a resumed run) counts from its own state and start."""
+    if w.samples_at_start is None and group.generation == 0:
+        w.samples_at_start = w.trainer.samples_seen  # the state this attempt began with
+    if w.config.resume and dist.is_initialized():  # the same on every member: all or none
+        unknown = torch.iinfo(torch.int64).max
+        mine = unknown if w.samples_at_start is None else w.samples_at_start
+        agreed = torch.tensor([mine], dtype=torch.int64, device=device)
+        collective(dist.all_reduce, agreed, op=dist.ReduceOp.MIN)
+        if int(agreed) != unknown:
+            w.samples_at_start = int(agreed)
+    if w.samples_at_start is None:
+        w.samples_at_start, w.counted_since = w.trainer.samples_seen, time.time()
 
 
 def _leaving(w: Worker, group: Group, rec: StepRecord, device: torch.device) -> list[int]:
