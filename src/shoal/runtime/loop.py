@@ -71,6 +71,7 @@ class Worker:
     # not known yet, see _count_from) and the wall-clock time (None: the run's clock, t0)
     samples_at_start: int | None = None
     counted_since: float | None = None
+    restored: str | None = None  # nobody in the group held state: what it was restored from
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
     earlier_ids: tuple[str, ...] | None = None  # a restarted process: the last group's members
 
@@ -93,7 +94,10 @@ class Worker:
             required = resume and url == ckpt_url  # --resume with nothing usable: an error
             found = load_latest(url, self.fingerprint, required) if use else None
             if found:
+                what = "checkpoint" if url == ckpt_url else "spool"
+                self.restored = f"the {what} of step {found[0]}"
                 return found[1]
+        self.restored = "a fresh start"
         return None
 
 
@@ -298,6 +302,7 @@ def _train(w: Worker, group: Group, device: torch.device):
     """Sync to the newest state, then step until the budget is spent or the group changes;
     the last StepRecord (None if no step ran)."""
     trainer = w.trainer
+    w.restored = None  # set by w.fallback, which runs only if no member holds state
     source, lost = sync_state(trainer, w.has_state, w.fallback, device, w.attempted)
     if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
         trainer.exchange.share(device, trainer.step)
@@ -307,6 +312,11 @@ def _train(w: Worker, group: Group, device: torch.device):
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
     if w.writer and w.earlier_ids is not None:
         _log_restart(w, group)
+    recovery = None  # the recover line rank 0 writes after the first step, if any
+    if w.writer and w.ended_at is not None:
+        recovery = (w.ended_at, lost, source)
+    elif w.writer:
+        recovery = _restart_after_loss(w, group)
     rec, first = None, True
     while trainer.step < w.config.steps:
         w.attempted = trainer.step
@@ -315,8 +325,8 @@ def _train(w: Worker, group: Group, device: torch.device):
         w.attempted = -1
         if w.writer:
             w.writer.step(rec, trainer)
-            if first and w.ended_at is not None:
-                w.writer.recovered(group, w.ended_at, lost, source)
+            if first and recovery:
+                w.writer.recovered(group, *recovery)
             w.checkpointer.maybe_save(trainer.step, lambda: training_state(trainer))
         first = False
         if rec.leaving or rec.regroup:
@@ -342,6 +352,26 @@ def _count_from(w: Worker, group: Group, device: torch.device) -> None:
             w.samples_at_start = int(agreed)
     if w.samples_at_start is None:
         w.samples_at_start, w.counted_since = w.trainer.samples_seen, time.time()
+
+
+def _restart_after_loss(w: Worker, group: Group) -> tuple[float, int, str, int] | None:
+    """A recovery for rank 0 of a group that took its state from no member (`w.restored`: a
+    fresh start, the spool or a durable checkpoint) after an earlier generation of this attempt
+    trained: every holder of the state was lost, and the steps done since are done again. It
+    counts from the controller's line for the last holder gone (a `fail`, whose step in flight
+    is lost too, or a `leave`), written before this generation was published. Under
+    `--recovery restart` the controller logs the restarts it makes itself (autoscale.py)."""
+    if w.restored is None or group.generation == 0 or w.config.provider.recovery == "restart":
+        return None
+    records = read_metrics(w.writer.path) if w.writer.path.exists() else []
+    gone = [r for r in records if isinstance(r, MembershipEvent) and r.event in ("fail", "leave")]
+    if not gone or gone[-1].wall_time_s is None:
+        return None  # nobody trained and was lost (a torchrun restart before any step)
+    last = gone[-1]
+    done = w.writer.logged + 1  # steps done before the loss (recomputed ones are not logged)
+    lost = max(0, done - w.trainer.step) + int(last.event == "fail")
+    source = f"{w.restored}: every holder of the state was lost"
+    return w.t0 + last.wall_time_s, lost, source, w.trainer.step
 
 
 def _leaving(w: Worker, group: Group, rec: StepRecord, device: torch.device) -> list[int]:

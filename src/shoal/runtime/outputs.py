@@ -2,7 +2,8 @@
 
 The records and their fields belong to `shoal.metrics`; this module writes them. Step lines are
 written by rank 0 of the current group; membership lines by the launcher (join, leave, fail) and
-by rank 0 after a regroup (recover, with the recovery time and the steps of work lost). Lines
+by rank 0 after a regroup, or after a restart from a checkpoint or scratch once every holder of
+the state was lost (recover, with the recovery time and the steps of work lost). Lines
 are appended with single writes, so the two writers never tear a line; a step recomputed after
 a failure is logged once.
 """
@@ -130,13 +131,17 @@ class StepLog:
         )
         append_line(self.path, line)
 
-    def recovered(self, group, ended_at: float, lost: int, source: str) -> None:
+    def recovered(
+        self, group, ended_at: float, lost: int, source: str, step: int | None = None
+    ) -> None:
+        """The recover line after a regroup's first step; `step`: the step training went on
+        from, when that is not the last logged one (a restart from a checkpoint or scratch)."""
         now = time.time()
         event = MembershipEvent(
             event="recover",
             worker=group.ids[0],
             device=group.kinds[0],
-            step=self.logged,
+            step=self.logged if step is None else step,
             wall_time_s=now - self.t0,
             recovery_time_s=now - ended_at,
             lost_steps=lost,
