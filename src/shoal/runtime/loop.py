@@ -67,9 +67,9 @@ class Worker:
     has_state: bool = False
     attempted: int = -1  # the step in flight when the last group broke (-1: none)
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
-    # what result.json counts from: the samples of the state this attempt began with (None:
-    # not known yet, see _count_from) and the wall-clock time (None: the run's clock, t0)
-    samples_at_start: int | None = None
+    # what result.json counts from (see _count_from; None until known): the samples of the
+    # state this attempt began with and when its first group began training
+    samples_at_start: int = 0
     counted_since: float | None = None
     restored: str | None = None  # nobody in the group held state: what it was restored from
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
@@ -158,7 +158,7 @@ def main(config: RunConfig) -> int:
         code = _generation(w, group, device)
         if code is not None:
             return code
-    wall_s = time.time() - (w.counted_since or w.t0)  # see _count_from
+    wall_s = time.time() - w.counted_since  # see _count_from
     if w.trainer.local:  # local-update mode: the last round's outer step, one final model
         w.trainer.local.finish(w.trainer)
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
@@ -211,8 +211,6 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
-    if not config.resume:
-        w.samples_at_start = 0  # a run from scratch: result.json counts every sample
     if membership.restarted:
         _continue_earlier_life(w)
     if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
@@ -335,23 +333,26 @@ def _train(w: Worker, group: Group, device: torch.device):
 
 
 def _count_from(w: Worker, group: Group, device: torch.device) -> None:
-    """What result.json's wall time and samples/s count from: the start of this attempt (the
-    run's clock, `t0`) and the samples of the state it began with, whichever worker writes it.
-    From scratch that is sample 0. On a resume it is the resumed state's, which the first group
-    loaded: its members pass it on to the newcomers of each later group (a MIN all-reduce,
-    `unknown` standing for a newcomer's). A worker whose group never met one of them (every
-    holder lost, or a torchrun restart of a resumed run) counts from its own state and start."""
-    if w.samples_at_start is None and group.generation == 0:
-        w.samples_at_start = w.trainer.samples_seen  # the state this attempt began with
-    if w.config.resume and dist.is_initialized():  # the same on every member: all or none
-        unknown = torch.iinfo(torch.int64).max
-        mine = unknown if w.samples_at_start is None else w.samples_at_start
-        agreed = torch.tensor([mine], dtype=torch.int64, device=device)
-        collective(dist.all_reduce, agreed, op=dist.ReduceOp.MIN)
-        if int(agreed) != unknown:
-            w.samples_at_start = int(agreed)
-    if w.samples_at_start is None:
+    """What result.json's wall time and samples/s count from, whichever worker writes it: the
+    moment this attempt's first group began training (worker start-up is not training, as in
+    the step lines' samples/s) and the samples of the state it began with (0 from scratch, the
+    resumed state's on a resume). The first group's members set both, and every generation
+    hands them to its newcomers (one MIN all-reduce, a newcomer sending `unknown`), so a rank 0
+    that joined mid-run reports the attempt, not its own stretch. A later group none of whose
+    members knew them (every holder lost, a torchrun restart) counts from the state it took
+    and the attempt's clock (t0: start-up and the lost work included)."""
+    if w.counted_since is None and group.generation == 0:
         w.samples_at_start, w.counted_since = w.trainer.samples_seen, time.time()
+    if dist.is_initialized():  # every member calls it: the same collectives on all
+        unknown = torch.iinfo(torch.int64).max
+        known = w.counted_since is not None
+        mine = [w.samples_at_start, int(w.counted_since * 1e6)] if known else [unknown, unknown]
+        agreed = torch.tensor(mine, dtype=torch.int64, device=device)
+        collective(dist.all_reduce, agreed, op=dist.ReduceOp.MIN)
+        if int(agreed[1]) != unknown:
+            w.samples_at_start, w.counted_since = int(agreed[0]), int(agreed[1]) / 1e6
+    if w.counted_since is None:
+        w.samples_at_start, w.counted_since = w.trainer.samples_seen, w.t0
 
 
 def _restart_after_loss(w: Worker, group: Group) -> tuple[float, int, str, int] | None:

@@ -155,11 +155,10 @@ def write_result(
     out, trainer, group, digest, wall_s, consistency, ckpt, fingerprint, samples_at_start
 ) -> None:
     """result.json, by rank 0 of the last group. `wall_s` and `samples_at_start` cover this
-    attempt (the run, or one --resume of it), whichever worker writes it: the time since the
-    attempt's start on the step lines' clock (under `shoal run` the controller's start,
-    SHOAL_T0; under torchrun the start of the job's first worker life, which a restarted life
-    goes on with) and the samples of the state the attempt began with. samples_per_s is the
-    samples trained since that state over that time (see runtime/loop.py `_count_from`)."""
+    attempt (the run, or one --resume of it), whichever worker writes it: the time since its
+    first group began training (worker start-up excluded) and the samples of the state it
+    began with; samples_per_s is the samples trained since over that time (runtime/loop.py
+    `_count_from`)."""
     result = RunResult(
         final_step=trainer.step,
         state_sha256=digest,
