@@ -3,9 +3,11 @@ durable checkpoint, the failure message names its step, and --resume from it end
 where the uninterrupted run ends; a non-finite step is decided alike on every layout."""
 
 import json
+import os
 import pathlib
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ import torch
 from shoal.job import build_job, load_job_file
 from shoal.runtime.state import state_sha256
 from shoal.runtime.trainer import Trainer
-from shoal_testing import DIGITS, shoal_run
+from shoal_testing import DIGITS, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 NONFINITE_JOB = str(pathlib.Path(__file__).with_name("nonfinite_job.py"))
@@ -35,23 +37,46 @@ def uninterrupted(job: str, steps: int, options: dict, **trainer) -> str:
         torch.set_num_threads(threads)
 
 
-def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
-    out, steps = tmp_path / "run", 300
+def interrupt(out: pathlib.Path, steps: int, ctrl_c: bool) -> int:
+    """Start `shoal run` on two workers, interrupt it once training has begun (SIGTERM to the
+    launcher, or Ctrl-C: SIGINT to its whole process group) and return the step whose durable
+    checkpoint the message offers. Every worker left at that step boundary, logged as a leave:
+    they were logged as failures, and the last one re-formed to train a step alone."""
     cmd = [sys.executable, "-m", "shoal", "run", DIGITS, "--workers", "v100,k80",
            "--steps", str(steps), "--out", str(out)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 120
     while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
         time.sleep(0.1)  # training has begun
-    proc.terminate()
+    if ctrl_c:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.terminate()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err[-2000:]
     found = re.search(r"interrupted at step \d+; continue from the checkpoint of step (\d+)", err)
     assert found, err[-2000:]
     step = int(found.group(1))
     assert 0 < step < steps and (out / "checkpoints" / f"ckpt-{step:09d}.pt").exists()
+    events = [r for r in metrics(out) if r["kind"] == "membership"]
+    assert [(e["event"], e["step"]) for e in events] == [("leave", step)] * 2, events
+    assert {e["worker"] for e in events} == {"w0", "w1"}
+    assert all("interrupted" in e["detail"] for e in events)
+    assert max(r["step"] for r in metrics(out) if r["kind"] == "step") == step - 1
+    return step
+
+
+def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
+    out, steps = tmp_path / "run", 300
+    interrupt(out, steps, ctrl_c=False)
     result = shoal_run(out, "k80", steps, "--resume", str(out))
     assert result["state_sha256"] == uninterrupted(DIGITS, steps, {})
+
+
+def test_ctrl_c_stops_every_worker_at_one_step_boundary(tmp_path):
+    interrupt(tmp_path / "run", 300, ctrl_c=True)
 
 
 def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):

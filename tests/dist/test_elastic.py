@@ -109,6 +109,30 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
     assert "already holds checkpoints" in err
 
 
+def test_restart_after_every_holder_died_is_a_recovery_over_the_runs_clock(tmp_path):
+    """A lone worker is killed while the one added before it still starts: the newcomer
+    restarts from scratch. That was logged as nothing (no recover line, the steps redone
+    nowhere), and result.json's wall time and samples/s covered only the newcomer's life."""
+    out = tmp_path / "restart"
+    events = "step 1: add k80; step 2: kill 0"  # the k80 needs seconds to start: w0 dies alone
+    result = shoal_run(
+        out, "v100", STEPS, "--events", events, env={"SHOAL_EMULATED_HOST_S": "0.02"}
+    )
+    records = metrics(out)
+    recover = next(i for i, r in enumerate(records) if r.get("event") == "recover")
+    before = [r for r in records[:recover] if r["kind"] == "step"]  # w0's, never logged again
+    line = records[recover]
+    assert line["worker"] == "w1" and "a fresh start" in line["detail"], line
+    assert line["step"] == 0 and line["lost_steps"] == len(before) + 1  # and the one in flight
+    assert line["recovery_time_s"] > 0
+    steps = [r for r in records if r["kind"] == "step"]
+    assert sorted(r["step"] for r in steps) == list(range(STEPS))
+    # the whole run, on the step lines' clock: the newcomer joined seconds after the start
+    assert result["wall_time_s"] >= max(r["wall_time_s"] for r in steps)
+    samples = sum(r["global_batch_size"] for r in steps)
+    assert result["samples_per_s"] == pytest.approx(samples / result["wall_time_s"])
+
+
 def kill_tree(pid):
     """SIGKILL a process and all its descendants (torchrun starts workers in new sessions)."""
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):

@@ -5,7 +5,8 @@ One `shoal run` at a time owns a directory: `RunLock` holds an exclusive `flock`
 its pid there, so a second run refuses with the holder's pid, and a lock left by a dead process
 is taken over with a warning. `prepare_run` then decides, before any worker starts, what the
 run will do to the directory's files:
-- a resume of a run that already reached its --steps says so and changes nothing;
+- a resume of a run that already reached its --steps says so and changes nothing, if it is
+  the same job: another job's result.json (its fingerprint) is refused, as its checkpoints are;
 - a resume whose every checkpoint is unusable is an error (skip warnings on the console),
   never a fresh start;
 - a resume never deletes the previous `result.json` before it succeeds: it is set aside and
@@ -29,15 +30,14 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
+from shoal.job import parse_options
+from shoal.launcher.spec import RunSpec, load_job
 from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
 from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
-
-if TYPE_CHECKING:
-    from shoal.launcher.spec import RunSpec
+from shoal.runtime.outputs import job_fingerprint
 
 LOCK_FILE = ".shoal.lock"
 # Ctrl-C or SIGTERM of the launcher: how long workers get to reach a step boundary and write
@@ -108,6 +108,29 @@ def finished_result(out: pathlib.Path, result_name: str, steps: int) -> dict | N
     if isinstance(result, dict) and isinstance(result.get("final_step"), int):
         return result if result["final_step"] >= steps else None
     return None
+
+
+def config_fingerprint(config: RunConfig) -> str:
+    """The fingerprint the workers of `config` compute (`outputs.job_fingerprint`), from the job
+    and its model built here as a worker builds them."""
+    job = load_job(config)
+    options = parse_options(list(config.options))
+    return job_fingerprint(config.job, options, job, config.consistency, job.model())
+
+
+def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:
+    """A finished run's result.json belongs to one job: a resume with another job file, other
+    options, seed or consistency mode is refused, with the checkpoint load's message. A result
+    without a fingerprint (written before it had one) is taken as it is."""
+    theirs = result.get("fingerprint")
+    if not isinstance(theirs, str):
+        return
+    ours = config_fingerprint(config)
+    if theirs != ours:
+        raise UserError(
+            f"{out / RESULT_FILE} belongs to a different job "
+            f"(fingerprint {theirs[:12]}, expected {ours[:12]})"
+        )
 
 
 @contextmanager
@@ -190,7 +213,8 @@ def set_aside_earlier_results(out: pathlib.Path) -> None:
 
 def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
     """Run `run()` (the controller) holding the directory's lock; the run's result. A resume is
-    checked first: a finished run is reported, not redone; unusable checkpoints are an error."""
+    checked first: a finished run of the same job is reported, not redone (another job's is an
+    error); unusable checkpoints are an error."""
     out = pathlib.Path(config.out)
     with RunLock(out), _sigterm_interrupts():
         if not config.resume:
@@ -199,6 +223,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
             return json.loads((out / RESULT_FILE).read_text())
         done = finished_result(out, RESULT_FILE, config.steps)
         if done is not None:
+            check_same_job(out, done, config)
             sys.stderr.write(
                 f"shoal: {out} already finished at step {done['final_step']} "
                 f"(--steps {config.steps}); nothing to do, nothing changed\n"
@@ -251,30 +276,40 @@ def resume_hint(spec: RunSpec) -> str:
 
 
 def wind_down(controller, grace_s: float = GRACE_S) -> str:
-    """The launcher was interrupted: ask every worker to leave at its next step boundary (the
-    last to leave writes a durable checkpoint), keep the controller's loop going meanwhile so
-    that survivors of partial leaves re-form, and kill what is left after `grace_s`. Returns
-    the message for the user."""
+    """The launcher was interrupted: ask every member to leave at its next step boundary, as a
+    notice does (each is logged as a `leave`); the members agree to leave at the same boundary
+    and rank 0 writes a durable checkpoint there (runtime/loop.py). A worker still starting holds
+    no state: it is killed, unlogged, as it never joined. The controller's loop goes on
+    meanwhile, so that a member asked too late to leave with the others re-forms and leaves
+    after one more step, and what is left after `grace_s` is killed. Returns the message for
+    the user."""
     controller.pending.clear()  # no more injected events, no more joins
     try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except ValueError:
         pass
     for w in controller.workers.values():
-        if w.proc.poll() is not None:
-            continue
-        if w.state == "starting":  # holds no state: nothing to save
+        code = w.proc.poll()
+        if w.state in ("member", "leaving") and code in (None, 0):
+            # a graceful leave, logged as one (a Ctrl-C reaches the workers too: a member may
+            # have left already, not yet reaped; one that left after a notice keeps its cause)
+            if w.state == "member" or code is None:
+                w.cause = w.cause or "interrupted: asked to leave at a step boundary"
+            w.state = "leaving"
+            if code is None:
+                w.proc.send_signal(signal.SIGTERM)
+        elif w.state == "starting" and code is None:  # holds no state: nothing to save
             w.proc.kill()
-        else:
-            w.cause = w.cause or "interrupted: asked to leave at a step boundary"
-            w.proc.send_signal(signal.SIGTERM)
+            w.proc.wait()
+            w.state = "gone"  # it never joined: nothing to log
     deadline = time.monotonic() + grace_s
     try:
-        while time.monotonic() < deadline:
-            if all(w.proc.poll() is not None for w in controller.workers.values()):
-                break
+        while True:
+            ended = all(w.proc.poll() is not None for w in controller.workers.values())
             controller.read_progress()
-            controller.reap()
+            controller.reap()  # once more after the last exit: its leave is logged too
+            if ended or time.monotonic() >= deadline:
+                break
             controller.admit_and_regroup()
             time.sleep(0.05)
     except (RunFailed, UserError):

@@ -287,7 +287,7 @@ class Controller:
                 # the boundary it left at: the controller may reap it steps later
                 key = f"left/{w.id}"
                 left = int(self.store.get(key)) if self.store.check([key]) else None
-                self.event("leave", w, "left at a step boundary after a notice", left)
+                self.event("leave", w, w.cause or "left at a step boundary after a notice", left)
             elif (code == 0 and w.state == "starting") or w.declared_lost:
                 pass  # never admitted and the run is over, or its loss is logged already
             else:
@@ -349,7 +349,7 @@ class Controller:
         if ready and not broken and not requested:
             self.store.set(f"regroup/{self.generation}", "1")  # stop at the next boundary
             requested = True
-        survivors = [m for m in self.members if self.workers[m].state == "member"]
+        survivors = [m for m in self.members if self.still_member(self.workers[m], nxt)]
         arrived = [m for m in survivors if self.store.check([f"arrived/{nxt}/{m}"])]
         now = time.monotonic()
         if arrived and self.first_arrival is None:
@@ -379,6 +379,13 @@ class Controller:
         for w in ready:
             self.event("join", w, f"admitted in generation {nxt}")
         self.publish(candidates)
+
+    def still_member(self, w: Worker, nxt: int) -> bool:
+        """A member that goes on to generation `nxt`: one not asked to leave, or one asked too
+        late to leave at the last boundary, which arrived (it leaves after its next step)."""
+        if w.state == "leaving" and w.proc.poll() is None:
+            return self.store.check([f"arrived/{nxt}/{w.id}"])
+        return w.state == "member"
 
     def booted(self, w: Worker) -> bool:
         """A worker not yet in the group, alive, whose server (if bought) has booted."""
@@ -412,7 +419,9 @@ class Controller:
         if self.members:
             self.generation += 1
         for wid in ids:
-            self.workers[wid].state, self.workers[wid].declared_lost = "member", False
+            w = self.workers[wid]
+            # one asked to leave stays so: it leaves after the generation's first step
+            w.state, w.declared_lost = ("leaving" if w.state == "leaving" else "member"), False
         self.members, self.formed_at_step = ids, self.steps_done
         self.first_arrival = self.change_seen = self.first_ready = None
         kinds = [self.workers[i].kind for i in ids]

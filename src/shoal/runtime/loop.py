@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -45,7 +45,7 @@ from shoal.runtime.local_update import LocalUpdate
 from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256, training_state
-from shoal.runtime.trainer import Trainer
+from shoal.runtime.trainer import StepRecord, Trainer
 from shoal.runtime.transfer import sync_state
 
 
@@ -67,7 +67,11 @@ class Worker:
     has_state: bool = False
     attempted: int = -1  # the step in flight when the last group broke (-1: none)
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
-    samples_at_start: int = 0  # a resumed run counts its own samples
+    # what result.json counts from (see _count_from; None until known): the samples of the
+    # state this attempt began with and when its first group began training
+    samples_at_start: int = 0
+    counted_since: float | None = None
+    restored: str | None = None  # nobody in the group held state: what it was restored from
     writer: outputs.StepLog | None = None  # rank 0 of the current generation only
     earlier_ids: tuple[str, ...] | None = None  # a restarted process: the last group's members
 
@@ -90,7 +94,10 @@ class Worker:
             required = resume and url == ckpt_url  # --resume with nothing usable: an error
             found = load_latest(url, self.fingerprint, required) if use else None
             if found:
+                what = "checkpoint" if url == ckpt_url else "spool"
+                self.restored = f"the {what} of step {found[0]}"
                 return found[1]
+        self.restored = "a fresh start"
         return None
 
 
@@ -144,7 +151,6 @@ def main(config: RunConfig) -> int:
     w.note("ready")
     for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C too: leave at a step boundary
         signal.signal(sig, lambda *_: _on_sigterm(w))
-    start = time.perf_counter()
     while w.trainer.step < config.steps:
         group = w.membership.join()
         if group is None:
@@ -152,7 +158,7 @@ def main(config: RunConfig) -> int:
         code = _generation(w, group, device)
         if code is not None:
             return code
-    wall_s = time.perf_counter() - start
+    wall_s = time.time() - w.counted_since  # see _count_from
     if w.trainer.local:  # local-update mode: the last round's outer step, one final model
         w.trainer.local.finish(w.trainer)
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
@@ -294,16 +300,21 @@ def _train(w: Worker, group: Group, device: torch.device):
     """Sync to the newest state, then step until the budget is spent or the group changes;
     the last StepRecord (None if no step ran)."""
     trainer = w.trainer
+    w.restored = None  # set by w.fallback, which runs only if no member holds state
     source, lost = sync_state(trainer, w.has_state, w.fallback, device, w.attempted)
     if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
         trainer.exchange.share(device, trainer.step)
     w.note(f"state at step {trainer.step} from {source}")
-    if not w.has_state:
-        w.samples_at_start = trainer.samples_seen
+    _count_from(w, group, device)
     w.has_state, w.attempted = True, -1
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
     if w.writer and w.earlier_ids is not None:
         _log_restart(w, group)
+    recovery = None  # the recover line rank 0 writes after the first step, if any
+    if w.writer and w.ended_at is not None:
+        recovery = (w.ended_at, lost, source)
+    elif w.writer:
+        recovery = _restart_after_loss(w, group)
     rec, first = None, True
     while trainer.step < w.config.steps:
         w.attempted = trainer.step
@@ -312,13 +323,69 @@ def _train(w: Worker, group: Group, device: torch.device):
         w.attempted = -1
         if w.writer:
             w.writer.step(rec, trainer)
-            if first and w.ended_at is not None:
-                w.writer.recovered(group, w.ended_at, lost, source)
+            if first and recovery:
+                w.writer.recovered(group, *recovery)
             w.checkpointer.maybe_save(trainer.step, lambda: training_state(trainer))
         first = False
         if rec.leaving or rec.regroup:
-            break
+            return replace(rec, leaving=_leaving(w, group, rec, device))
     return rec
+
+
+def _count_from(w: Worker, group: Group, device: torch.device) -> None:
+    """What result.json's wall time and samples/s count from, whichever worker writes it: the
+    moment this attempt's first group began training (worker start-up is not training, as in
+    the step lines' samples/s) and the samples of the state it began with (0 from scratch, the
+    resumed state's on a resume). The first group's members set both, and every generation
+    hands them to its newcomers (one MIN all-reduce, a newcomer sending `unknown`), so a rank 0
+    that joined mid-run reports the attempt, not its own stretch. A later group none of whose
+    members knew them (every holder lost, a torchrun restart) counts from the state it took
+    and the attempt's clock (t0: start-up and the lost work included)."""
+    if w.counted_since is None and group.generation == 0:
+        w.samples_at_start, w.counted_since = w.trainer.samples_seen, time.time()
+    if dist.is_initialized():  # every member calls it: the same collectives on all
+        unknown = torch.iinfo(torch.int64).max
+        known = w.counted_since is not None
+        mine = [w.samples_at_start, int(w.counted_since * 1e6)] if known else [unknown, unknown]
+        agreed = torch.tensor(mine, dtype=torch.int64, device=device)
+        collective(dist.all_reduce, agreed, op=dist.ReduceOp.MIN)
+        if int(agreed[1]) != unknown:
+            w.samples_at_start, w.counted_since = int(agreed[0]), int(agreed[1]) / 1e6
+    if w.counted_since is None:
+        w.samples_at_start, w.counted_since = w.trainer.samples_seen, w.t0
+
+
+def _restart_after_loss(w: Worker, group: Group) -> tuple[float, int, str, int] | None:
+    """A recovery for rank 0 of a group that took its state from no member (`w.restored`: a
+    fresh start, the spool or a durable checkpoint) after an earlier generation of this attempt
+    trained: every holder of the state was lost, and the steps done since are done again. It
+    counts from the controller's line for the last holder gone (a `fail`, whose step in flight
+    is lost too, or a `leave`), written before this generation was published. Under
+    `--recovery restart` the controller logs the restarts it makes itself (autoscale.py)."""
+    if w.restored is None or group.generation == 0 or w.config.provider.recovery == "restart":
+        return None
+    records = read_metrics(w.writer.path) if w.writer.path.exists() else []
+    gone = [r for r in records if isinstance(r, MembershipEvent) and r.event in ("fail", "leave")]
+    if not gone or gone[-1].wall_time_s is None:
+        return None  # nobody trained and was lost (a torchrun restart before any step)
+    last = gone[-1]
+    done = w.writer.logged + 1  # steps done before the loss (recomputed ones are not logged)
+    lost = max(0, done - w.trainer.step) + int(last.event == "fail")
+    source = f"{w.restored}: every holder of the state was lost"
+    return w.t0 + last.wall_time_s, lost, source, w.trainer.step
+
+
+def _leaving(w: Worker, group: Group, rec: StepRecord, device: torch.device) -> list[int]:
+    """The ranks that leave at a boundary where the generation ends anyway (a leave or a
+    regroup): those the step's flags named, and every member asked to leave since it sent its
+    own. An interrupted launcher asks every worker at once, but the signals land a little
+    apart; without this the first ones left and the others re-formed to train a step alone."""
+    if not dist.is_initialized():
+        return sorted(set(rec.leaving) | ({group.rank} if w.leave else set()))
+    flags = torch.zeros(group.world_size, dtype=torch.int64, device=device)
+    flags[group.rank] = int(w.leave)
+    collective(dist.all_reduce, flags)
+    return sorted(set(rec.leaving) | {r for r, f in enumerate(flags.tolist()) if f})
 
 
 def _on_sigterm(w: Worker) -> None:

@@ -2,7 +2,8 @@
 
 The records and their fields belong to `shoal.metrics`; this module writes them. Step lines are
 written by rank 0 of the current group; membership lines by the launcher (join, leave, fail) and
-by rank 0 after a regroup (recover, with the recovery time and the steps of work lost). Lines
+by rank 0 after a regroup, or after a restart from a checkpoint or scratch once every holder of
+the state was lost (recover, with the recovery time and the steps of work lost). Lines
 are appended with single writes, so the two writers never tear a line; a step recomputed after
 a failure is logged once.
 """
@@ -130,13 +131,17 @@ class StepLog:
         )
         append_line(self.path, line)
 
-    def recovered(self, group, ended_at: float, lost: int, source: str) -> None:
+    def recovered(
+        self, group, ended_at: float, lost: int, source: str, step: int | None = None
+    ) -> None:
+        """The recover line after a regroup's first step; `step`: the step training went on
+        from, when that is not the last logged one (a restart from a checkpoint or scratch)."""
         now = time.time()
         event = MembershipEvent(
             event="recover",
             worker=group.ids[0],
             device=group.kinds[0],
-            step=self.logged,
+            step=self.logged if step is None else step,
             wall_time_s=now - self.t0,
             recovery_time_s=now - ended_at,
             lost_steps=lost,
@@ -149,6 +154,11 @@ class StepLog:
 def write_result(
     out, trainer, group, digest, wall_s, consistency, ckpt, fingerprint, samples_at_start
 ) -> None:
+    """result.json, by rank 0 of the last group. `wall_s` and `samples_at_start` cover this
+    attempt (the run, or one --resume of it), whichever worker writes it: the time since its
+    first group began training (worker start-up excluded) and the samples of the state it
+    began with; samples_per_s is the samples trained since over that time (runtime/loop.py
+    `_count_from`)."""
     result = RunResult(
         final_step=trainer.step,
         state_sha256=digest,

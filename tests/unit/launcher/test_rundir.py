@@ -71,6 +71,57 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path, capsys):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
 
 
+DIGITS = str(pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py")
+
+
+def worker_fingerprint(options: dict) -> str:
+    """The fingerprint a worker of digits.py with `options` writes (runtime/loop.py)."""
+    from shoal.job import build_job, load_job_file
+    from shoal.runtime.trainer import Trainer
+
+    job = build_job(load_job_file(DIGITS), options, None)
+    return job_fingerprint(DIGITS, options, job, "exact", Trainer(job).model)
+
+
+def test_the_launchers_fingerprint_is_the_workers(tmp_path):
+    """A finished run is told apart by the fingerprint its worker wrote: the launcher must
+    compute the same one from the same flags, or it would refuse the run's own resume."""
+    from shoal.launcher.rundir import config_fingerprint
+
+    cfg = dataclasses.replace(config(tmp_path), job=DIGITS, options=["lr=0.1"])
+    assert config_fingerprint(cfg) == worker_fingerprint({"lr": 0.1})
+    assert config_fingerprint(dataclasses.replace(cfg, options=["lr=0.3"])) != config_fingerprint(
+        cfg
+    )
+
+
+def test_resuming_another_jobs_finished_run_is_refused_and_changes_nothing(tmp_path):
+    """--resume of a finished run compared only the step count: another job file, or other
+    options, reported success with the earlier job's digest."""
+    result = {"final_step": 10, "state_sha256": "ab", "fingerprint": worker_fingerprint({})}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    ours = dataclasses.replace(config(tmp_path), job=DIGITS)
+    assert run_in_directory(ours, lambda: pytest.fail("ran")) == result  # the same job
+    other = dataclasses.replace(ours, options=["lr=0.3"])
+    with pytest.raises(UserError, match=r"result.json belongs to a different job \(fingerprint"):
+        run_in_directory(other, lambda: pytest.fail("ran"))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
+
+
+def test_cli_resume_of_another_jobs_finished_run_is_one_line_and_exit_2(tmp_path):
+    checkpoint(tmp_path, 9)  # a finished run keeps its final checkpoint
+    result = {"final_step": 9, "fingerprint": worker_fingerprint({})}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    cmd = [sys.executable, "-m", "shoal", "run", DIGITS, "--workers", "v100", "--steps", "9",
+           "--resume", str(tmp_path), "-o", "lr=0.3"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "belongs to a different job" in lines[0], proc.stderr
+    assert json.loads((tmp_path / "result.json").read_text()) == result
+
+
 def test_failed_resume_changes_nothing(tmp_path):
     checkpoint(tmp_path, 10)
     (tmp_path / "result.json").write_text('{"final_step": 10}')
