@@ -9,7 +9,8 @@ Format: items separated by ';' or newlines, each `step N: ACTION` or `at T s: AC
     add KIND        a new worker of that device kind joins
 W is a worker number (w0, w1, ... in order of creation; `1` and `w1` both work) or `random`:
 a member chosen by the controller's seeded generator when the event fires (it waits while
-only one member is left). A spot trace converts into the same list.
+only one member is left). A spot trace converts into the same list. An event fires at the
+controller's next poll after it is due, so with very short steps it lands a few steps late.
 """
 
 from __future__ import annotations
