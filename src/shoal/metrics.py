@@ -76,6 +76,12 @@ class _Fields:
             raise self.fail(f"'{key}' must be a string, got {value!r}")
         return value
 
+    def bool_(self, key: str) -> bool | None:
+        value = self.obj.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.fail(f"'{key}' must be true or false, got {value!r}")
+        return value
+
     def list_(self, key: str) -> list[Any]:
         value = self.obj.get(key) or []
         if not isinstance(value, list):
@@ -128,6 +134,7 @@ class StepLine:
     samples_per_s: float | None = None
     wall_time_s: float | None = None  # since the run (this process of it) started
     redone: int | None = None  # exact-mode recomputations of the step (a bound overflowed)
+    skipped: bool | None = None  # true: non-finite, its update skipped (--on-nonfinite skip)
     generation: int | None = None
     workers: tuple[WorkerShare, ...] = ()
     # adaptive batch (None when not measured): the smoothed gradient noise scale (samples),
@@ -160,6 +167,7 @@ class StepLine:
             samples_per_s=f.float_("samples_per_s"),
             wall_time_s=f.float_("wall_time_s"),
             redone=f.int_("redone"),
+            skipped=f.bool_("skipped"),
             generation=f.int_("generation"),
             workers=tuple(
                 WorkerShare.from_json(w, f"{where}: workers[{i}]")

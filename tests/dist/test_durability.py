@@ -104,6 +104,8 @@ def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path, poison, where):
     options += ["--max-micro-batches", "2"]
     result = shoal_run(tmp_path / "run", "v100,k80", 8, *options, job=NONFINITE_JOB)
     assert result["nonfinite_skipped"] == 2
+    skipped = [r["step"] for r in metrics(tmp_path / "run") if r.get("skipped")]
+    assert skipped == [2, 6]  # the step lines say which (and the console, from them)
     reference = uninterrupted(
         NONFINITE_JOB, 8, {"poison": poison, "where": where}, on_nonfinite="skip"
     )

@@ -213,6 +213,8 @@ class Controller:
                 self.driver.observe(rec)
             if isinstance(rec, MembershipEvent):
                 self.say(describe(rec))
+            if isinstance(rec, StepLine) and rec.skipped:
+                self.say(f"step {rec.step}: non-finite loss or gradient, its update skipped")
             if isinstance(rec, StepLine) and rec.step + 1 > self.steps_done:
                 self.steps_done = rec.step + 1
                 if self.progress:

@@ -120,6 +120,7 @@ class StepLog:
             samples_per_s=rec.global_batch_size / rec.step_time_s,
             wall_time_s=time.time() - self.t0,
             redone=rec.redone,
+            skipped=rec.skipped or None,
             generation=g.generation,
             workers=tuple(
                 WorkerShare(g.ids[r], r, g.kinds[r], n, t) for r, (n, t) in enumerate(shares)

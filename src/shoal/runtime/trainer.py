@@ -108,6 +108,7 @@ class StepRecord:
     regroup: bool  # the group re-forms after this step
     batch: BatchRecord = BatchRecord()  # noise scale, similarity, LR factor (adaptive batch)
     link: dict | None = None  # --compress: keep_ratio, sent_bytes, exchange_s, link_mbit_s
+    skipped: bool = False  # non-finite: no update (--on-nonfinite skip)
 
 
 class Trainer:
@@ -291,6 +292,7 @@ class Trainer:
             leaving=outcome.leaving,
             regroup=outcome.regroup,
             link=outcome.link,
+            skipped=skipped,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
