@@ -58,7 +58,7 @@ def locate_gradient(trainer, mine: range, num_micro_batches: int) -> int:
     found = num_micro_batches
     for j in mine:
         trainer._set_buffers(initial)
-        _, batch = trainer._micro_batch(trainer.step, trainer.samples_seen, j)
+        _, batch = trainer._micro_batch(trainer.step, trainer.samples_seen, j, consume=True)
         seed_everything(micro_batch_seed(trainer.job.seed, trainer.step, j))
         for p in params:
             p.grad.zero_()

@@ -172,6 +172,11 @@ class StepReducer:
         if exchange is not None and (self.fixed is None or measure):
             raise UserError("--compress needs --consistency exact and a fixed batch size")
 
+    @property
+    def probing(self) -> bool:
+        """Whether the pass begun is an exact-mode probe (another pass of the step follows)."""
+        return self.fixed is not None and self.fixed.probing
+
     def begin(self, num_micro_batches: int, similarity: bool = False, step: int = 0) -> None:
         """Start a pass of `num_micro_batches` of `step`; `similarity`: also sum the first
         half apart."""

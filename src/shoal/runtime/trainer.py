@@ -64,14 +64,22 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
-def to_device(batch, device: torch.device):
+def map_tensors(batch, fn: Callable[[torch.Tensor], torch.Tensor]):
+    """`batch` with `fn` applied to every tensor in it (in lists, tuples, namedtuples, dicts:
+    the structures default_collate builds)."""
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
+        return fn(batch)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(map_tensors(b, fn) for b in batch))
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(b, device) for b in batch)
+        return type(batch)(map_tensors(b, fn) for b in batch)
     if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
+        return {k: map_tensors(v, fn) for k, v in batch.items()}
     return batch
+
+
+def to_device(batch, device: torch.device):
+    return map_tensors(batch, lambda t: t.to(device, non_blocking=True))
 
 
 def batch_reader(
@@ -339,7 +347,10 @@ class Trainer:
         for j in micro_batches:
             t0 = time.perf_counter()
             self._set_buffers(initial)  # every micro-batch starts from the step's buffers
-            ids, batch = self._micro_batch(self.step, self.samples_seen, j)
+            # a probe pass is followed by the summing one: it computes on a copy of the batch
+            probe = self.reducer.probing
+            ids, batch = self._micro_batch(self.step, self.samples_seen, j, consume=not probe)
+            batch = map_tensors(batch, torch.Tensor.clone) if probe else batch
             if self.on_samples:
                 self.on_samples(self.step, j, ids)
             seed_everything(micro_batch_seed(self.job.seed, self.step, j))
@@ -354,13 +365,18 @@ class Trainer:
         for b, v in zip(self.model.buffers(), values, strict=True):
             b.copy_(v)
 
-    def _micro_batch(self, step: int, offset: int, j: int) -> tuple[list[int], object]:
-        """The sample ids and the batch of micro-batch j of the step at stream offset `offset`,
-        read once (augmentation draws from generators seeded with (seed, step, j))."""
+    def _micro_batch(
+        self, step: int, offset: int, j: int, consume: bool = False
+    ) -> tuple[list[int], object]:
+        """The sample ids and the batch of micro-batch j of the step at stream offset `offset`
+        (augmentation draws from generators seeded with (seed, step, j)), read ahead once and
+        kept until `consume`d: the loss function gets it then and may change it in place, as
+        it may a DataLoader's batch, so a second pass of the step (a probe, a redone step)
+        reads it again rather than reuse what the first pass left."""
         key = (step, offset, j)
         if key not in self._read:
             ids = self.order.sample_ids(offset, j)
             seed_everything(data_seed(self.job.seed, step, j))
             batch = self.read_samples(ids)
             self._read[key] = ids, to_device(batch, self.device)
-        return self._read[key]
+        return self._read.pop(key) if consume else self._read[key]

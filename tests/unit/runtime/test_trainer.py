@@ -122,3 +122,53 @@ def test_the_step_scalars_read_back_by_name():
     assert out.leaving == [1] and out.regroup
     flagged = summed + layout.pack(1, {}, None, leaving=False, regroup=False, overflow=True)
     assert layout.overflowed(flagged)
+
+
+def _digest_after(loss_fn, dataset=None, steps: int = 3) -> str:
+    from dataclasses import replace
+
+    from shoal.runtime.state import state_sha256
+
+    data = dataset or torch.utils.data.TensorDataset(
+        torch.randn(40, 3, generator=torch.Generator().manual_seed(0)), torch.arange(40) % 2
+    )
+    trainer = Trainer(replace(job(NoisyReads()), dataset=data, loss_fn=loss_fn))
+    for _ in range(steps):
+        trainer.train_step()
+    return state_sha256(trainer.model, trainer.optimizer)
+
+
+def test_a_loss_function_may_change_its_batch_in_place():
+    """As with a DataLoader's batch: step 0's probe pass and its summing pass each get the
+    batch as read, so x.add_() in the loss is the same training as x + ... (it shifted the
+    second pass's inputs twice; x.mul_(2) overflowed every pass into a false non-finite)."""
+
+    def in_place(model, batch):
+        x, y = batch
+        x.mul_(2.0).add_(0.5)
+        return F.cross_entropy(model(x), y)
+
+    def out_of_place(model, batch):
+        x, y = batch
+        return F.cross_entropy(model(x * 2.0 + 0.5), y)
+
+    assert _digest_after(in_place) == _digest_after(out_of_place)
+
+
+def test_a_namedtuple_batch_reaches_the_loss_as_one():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "x y")
+
+    class Pairs(NoisyReads):
+        def __getitem__(self, i: int):
+            return Pair(self.x[i], self.y[i])
+
+    seen = []
+
+    def loss(model, batch):
+        seen.append(type(batch))
+        return F.cross_entropy(model(batch.x), batch.y)
+
+    _digest_after(loss, Pairs(), steps=1)
+    assert seen and set(seen) == {Pair}
