@@ -2,7 +2,8 @@
 
 A job file is a Python file exposing `make_job(**options) -> Job`. Every worker imports it
 and calls `make_job` with the same options, so factories (model, optimizer, scheduler) are
-plain callables and nothing needs pickling.
+plain callables and nothing needs pickling. Both run with the global generators seeded alike
+(`JOB_CODE_SEED`), so data a job draws without a generator of its own is the same everywhere.
 """
 
 from __future__ import annotations
@@ -59,6 +60,24 @@ class Job:
         return self.global_batch_size // self.micro_batch_size
 
 
+JOB_CODE_SEED = 0  # the global generators' seed whenever a job file's own code runs
+
+
+def _same_draws() -> None:
+    """Seed the global generators (torch's, `random`'s, numpy's) before a job file's own code
+    runs: data it draws without a generator of its own (torch.randn at import or in make_job)
+    is then the same on every worker, as exact training across workers needs. torch starts
+    each process from a random seed, so such a dataset differed per worker, silently."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.manual_seed(JOB_CODE_SEED)
+    random.seed(JOB_CODE_SEED)
+    np.random.seed(JOB_CODE_SEED)
+
+
 def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
     """Import a job file and return its `make_job`."""
     path = pathlib.Path(path)
@@ -71,6 +90,7 @@ def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
         raise UserError(f"cannot import job file {str(path)!r}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    _same_draws()
     spec.loader.exec_module(module)
     make_job = getattr(module, "make_job", None)
     if not callable(make_job):
@@ -85,6 +105,7 @@ def build_job(make_job: Callable[..., Job], options: dict[str, Any], seed: int |
     unknown = [k for k in options if k not in params and not takes_any]
     if unknown:
         raise UserError(f"make_job does not take option(s): {', '.join(sorted(unknown))}")
+    _same_draws()
     job = make_job(**options)
     if not isinstance(job, Job):
         raise UserError(f"make_job returned {type(job).__name__}, not shoal.Job")
