@@ -122,15 +122,19 @@ def reports_errors(main):
         except Exception as exc:
             error = exc if isinstance(exc, UserError) else user_code_error(exc)
             text = traceback.format_exc()
-            sys.stderr.write(text)  # the worker's log keeps the whole story
-            _write_cause(config, str(error), text)
+            path = _write_cause(config, str(error), text)
+            if os.environ.get("SHOAL_WORKER_ID") or path is None:
+                sys.stderr.write(text)  # under shoal run, stderr is the worker's log
+            elif not isinstance(exc, UserError):  # torchrun: stderr is the console, one line
+                raise UserError(f"{error} (traceback in {path})") from exc
             raise error from exc
 
     return wrapper
 
 
-def _write_cause(config: RunConfig, cause: str, text: str) -> None:
-    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs."""
+def _write_cause(config: RunConfig, cause: str, text: str) -> pathlib.Path | None:
+    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs;
+    its path, or None if it could not be written."""
     wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
     folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
     try:
@@ -139,7 +143,8 @@ def _write_cause(config: RunConfig, cause: str, text: str) -> None:
         tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
         os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
     except OSError:
-        pass  # the one-line error on stderr still tells it
+        return None  # the one-line error on stderr still tells it
+    return folder / f"{wid}{CAUSE_SUFFIX}"
 
 
 @reports_errors

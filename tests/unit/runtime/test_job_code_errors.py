@@ -1,0 +1,35 @@
+"""An error in the job's code: one line on the console, the traceback kept."""
+
+import json
+
+import pytest
+
+from shoal.config import RunConfig
+from shoal.errors import UserError
+from shoal.runtime.loop import reports_errors
+
+
+@reports_errors
+def failing(config: RunConfig) -> int:
+    return {}["boom"]  # the job's code raising, as far as the wrapper can tell
+
+
+@pytest.mark.parametrize("launcher", ["shoal run", "torchrun"])
+def test_the_traceback_goes_to_the_log_or_the_cause_file(tmp_path, monkeypatch, capsys, launcher):
+    """Under torchrun stderr is the user's console: every rank printed the whole traceback.
+    There the one line says where the traceback is; under shoal run stderr is the log."""
+    monkeypatch.delenv("SHOAL_CAUSE_DIR", raising=False)
+    if launcher == "shoal run":
+        monkeypatch.setenv("SHOAL_WORKER_ID", "w3")
+    else:
+        monkeypatch.delenv("SHOAL_WORKER_ID", raising=False)
+        monkeypatch.setenv("RANK", "3")
+    with pytest.raises(UserError) as info:
+        failing(RunConfig(job="job.py", steps=1, out=str(tmp_path)))
+    cause = tmp_path / "logs" / "w3.cause.json"
+    assert "KeyError" in json.loads(cause.read_text())["traceback"]
+    err = capsys.readouterr().err
+    if launcher == "shoal run":
+        assert "Traceback" in err and "traceback in" not in str(info.value)
+    else:
+        assert "Traceback" not in err and f"(traceback in {cause})" in str(info.value)
