@@ -79,11 +79,15 @@ def _same_draws() -> None:
 
 
 def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
-    """Import a job file and return its `make_job`."""
+    """Import a job file and return its `make_job`. Its directory goes first on sys.path, as
+    `python job.py` puts it, so that the job can import the modules beside it."""
     path = pathlib.Path(path)
     if not path.is_file():
         why = "is not a file" if path.exists() else "does not exist"
         raise UserError(f"job file {str(path)!r} {why}")
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     name = f"shoal_job_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

@@ -41,3 +41,13 @@ def test_data_drawn_without_a_generator_is_the_same_in_every_process(tmp_path):
         built.append((at_import, build_job(make_job, {}, None).dataset.tensors))
     (a0, (x0, y0)), (a1, (x1, y1)) = built
     assert torch.equal(a0, a1) and torch.equal(x0, x1) and torch.equal(y0, y1)
+
+
+def test_a_job_file_imports_the_modules_beside_it(tmp_path):
+    """As `python job.py` can: its directory goes on sys.path (it did not, whatever the
+    working directory)."""
+    (tmp_path / "beside_the_job.py").write_text("N = 8\n")
+    path = tmp_path / "sibling.py"
+    path.write_text(JOB.replace("import shoal", "import shoal\nfrom beside_the_job import N"))
+    job = build_job(load_job_file(path), {}, None)
+    assert len(job.dataset) == 8 and load_job_file(path).__globals__["N"] == 8

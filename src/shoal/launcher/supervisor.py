@@ -127,7 +127,9 @@ class Controller:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
         log = self.logs / f"{wid}.log"
         with open(log, "w") as f:
-            cmd = [sys.executable, "-m", "shoal.worker"]  # the configuration is in SHOAL_CONFIG
+            # the configuration is in SHOAL_CONFIG; -P: the working directory is not put on
+            # sys.path (a file there named like a module torch imports, nt.py, crashed it)
+            cmd = [sys.executable, "-P", "-m", "shoal.worker"]
             proc = subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
         self.workers[wid] = Worker(wid, kind, proc, log)
         return self.workers[wid]
