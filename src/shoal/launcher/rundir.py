@@ -275,14 +275,14 @@ def resume_hint(spec: RunSpec) -> str:
     )
 
 
-def wind_down(controller, grace_s: float = GRACE_S) -> str:
+def wind_down(controller, grace_s: float = GRACE_S) -> str | None:
     """The launcher was interrupted: ask every member to leave at its next step boundary, as a
     notice does (each is logged as a `leave`); the members agree to leave at the same boundary
     and rank 0 writes a durable checkpoint there (runtime/loop.py). A worker still starting holds
     no state: it is killed, unlogged, as it never joined. The controller's loop goes on
     meanwhile, so that a member asked too late to leave with the others re-forms and leaves
     after one more step, and what is left after `grace_s` is killed. Returns the message for
-    the user."""
+    the user, or None when the run had finished (interrupted after its last step)."""
     controller.pending.clear()  # no more injected events, no more joins
     try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -314,4 +314,7 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str:
             time.sleep(0.05)
     except (RunFailed, UserError):
         pass  # every worker is gone: the interruption's message says what to do
+    config = controller.spec.config
+    if finished_result(pathlib.Path(config.out), RESULT_FILE, config.steps):
+        return None  # interrupted after the last step: the run is done, result.json written
     return f"interrupted at step {controller.steps_done}; {resume_hint(controller.spec)}"

@@ -195,7 +195,8 @@ class Controller:
                 self.driver.finish()
             if stopped:
                 raise RunFailed(stopped) from None
-            raise
+            if not isinstance(exc, KeyboardInterrupt):
+                raise  # (an interrupt after the last step: the run is done)
         finally:
             if self.progress:
                 self.progress.close()

@@ -277,3 +277,17 @@ def test_a_fresh_run_keeps_an_earlier_runs_results_aside(tmp_path, capsys):
     assert "kept as earlier-2-*" in capsys.readouterr().err
     set_aside_earlier_results(tmp_path)  # nothing left to keep: nothing happens
     assert len(list(tmp_path.glob("earlier-*"))) == 4
+
+
+def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
+    """Ctrl-C after the last step: result.json is written, the run is done. It was reported as
+    "interrupted at step 40", exit 1, with a resume hint that then had nothing to do."""
+    from shoal.launcher.rundir import wind_down
+
+    controller = SimpleNamespace(
+        pending=[], workers={}, steps_done=10, spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
+        read_progress=lambda: None, reap=lambda: None, admit_and_regroup=lambda: None,
+    )  # fmt: skip
+    assert "interrupted at step 10" in wind_down(controller, grace_s=0)
+    (tmp_path / "result.json").write_text(json.dumps({"final_step": 10}))
+    assert wind_down(controller, grace_s=0) is None
