@@ -108,3 +108,18 @@ def test_error_in_user_code_inside_a_worker_is_one_line(tmp_path):
     assert "Traceback (most recent call last)" in err  # --verbose
     cause = list((out / "logs" / "attempt-1").glob("*.cause.json"))
     assert cause  # the worker reported it to the controller, not only in its log
+
+
+def test_a_group_left_too_small_for_its_caps_keeps_its_state(tmp_path):
+    """Two k80s capped at 2 micro-batches each; one is killed: the survivor cannot take the
+    step's 4. It stops the run (one line, exit 2) but first checkpoints the state it holds, so
+    --resume goes on from there (the state was thrown away: nothing to resume)."""
+    out, caps = tmp_path / "run", ["--max-micro-batches", "2"]
+    err = shoal_run(out, "k80,k80", 12, *caps, "--events", "step 5: kill 1", expect=2)
+    last = err.strip().splitlines()[-1]
+    assert "cannot take 4 micro-batches" in last and "is checkpointed" in last, last
+    step = int(last.split("the state of step ")[1].split()[0])
+    assert 5 <= step < 12 and (out / "checkpoints" / f"ckpt-{step:09d}.pt").exists()
+    resumed = shoal_run(out, "k80,k80", 12, *caps, "--resume", str(out))
+    plain = shoal_run(tmp_path / "plain", "k80,k80", 12, *caps)
+    assert resumed["state_sha256"] == plain["state_sha256"]

@@ -50,6 +50,11 @@ class Plan:
         raise IndexError(micro_batch)
 
 
+class NotEnoughCapacity(UserError):
+    """The workers' caps (--max-micro-batches) cannot hold the step's micro-batches: bad
+    input at launch, or a group left too small after a loss (the runtime keeps its state)."""
+
+
 def makespan(counts: Sequence[int], times_s: Sequence[float]) -> float:
     return max((n * t for n, t in zip(counts, times_s, strict=True) if n), default=0.0)
 
@@ -74,7 +79,7 @@ def plan_micro_batches(
             raise ValueError(f"a micro-batch time must be positive, got {t}")
     limit = [math.inf if c is None else c for c in caps]
     if sum(limit[i] for i, t in enumerate(times_s) if math.isfinite(t)) < num_micro_batches:
-        raise UserError(
+        raise NotEnoughCapacity(
             f"the workers cannot take {num_micro_batches} micro-batches per step "
             "(too few usable workers or caps too low)"
         )

@@ -38,6 +38,7 @@ from shoal.config import RunConfig
 from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
 from shoal.job import Job, build_job, load_job_file, parse_options
 from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
+from shoal.plan.assign import NotEnoughCapacity
 from shoal.runtime import outputs
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
 from shoal.runtime.finite import NonFiniteStep
@@ -324,7 +325,10 @@ def _train(w: Worker, group: Group, device: torch.device):
     while trainer.step < w.config.steps:
         w.attempted = trainer.step
         ask = group.rank == 0 and w.membership.regroup_requested()
-        rec = trainer.train_step(leaving=w.leave, regroup=ask)
+        try:
+            rec = trainer.train_step(leaving=w.leave, regroup=ask)
+        except NotEnoughCapacity as exc:  # planned before any compute: the state is whole
+            raise _short_of_capacity(w, group, exc) from None
         w.attempted = -1
         if w.writer:
             w.writer.step(rec, trainer)
@@ -335,6 +339,21 @@ def _train(w: Worker, group: Group, device: torch.device):
         if rec.leaving or rec.regroup:
             return replace(rec, leaving=_leaving(w, group, rec, device))
     return rec
+
+
+def _short_of_capacity(w: Worker, group: Group, exc: NotEnoughCapacity) -> UserError:
+    """The group left after a loss cannot hold the step's micro-batches under the caps: rank 0
+    writes the state it holds as a durable checkpoint (the others wait for it, so that no exit
+    stops the run first) and the run stops on one line saying how to go on."""
+    step = w.trainer.step
+    if group.rank == 0:
+        w.checkpointer.final(step, training_state(w.trainer))
+    if dist.is_initialized():
+        collective(dist.barrier)
+    return UserError(
+        f"{exc}; the state of step {step} is checkpointed: --resume with more workers or a "
+        "higher --max-micro-batches"
+    )
 
 
 def _count_from(w: Worker, group: Group, device: torch.device) -> None:
