@@ -1,6 +1,7 @@
 """A bad `shoal.Job` is refused up front, in one line naming the field: its values when the Job
-is made (the launcher makes it before any worker starts). Never an exception from inside
-shoal's own files."""
+is made (the launcher makes it before any worker starts), what its factories build when the
+trainer builds them, and what its loss function returns at the first micro-batch, before any
+step trains. Never an exception from inside shoal's own files."""
 
 import pathlib
 
@@ -14,6 +15,7 @@ from shoal.cli import main
 from shoal.config import RunConfig
 from shoal.errors import UserError
 from shoal.plan import DataOrder, data_seed, micro_batch_seed
+from shoal.runtime.trainer import Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DIGITS = str(ROOT / "examples" / "digits.py")
@@ -112,3 +114,67 @@ def test_an_out_of_range_seed_flag_is_one_line_before_any_worker_starts(capsys, 
 @pytest.mark.parametrize("seed", [-5, -(2**127), 2**127 - 1])
 def test_a_seed_flag_in_range_is_taken_negative_ones_included(seed):
     assert RunConfig(job="j.py", steps=1, out="o", seed=seed).seed == seed
+
+
+def frozen() -> nn.Module:
+    model = nn.Linear(8, 3)
+    model.requires_grad_(False)
+    return model
+
+
+@pytest.mark.parametrize(
+    "overrides, needles",
+    [
+        (dict(model=lambda: None), ("Job.model must return a torch.nn.Module", "NoneType")),
+        (dict(model=lambda: lambda x: x), ("Job.model must return a torch.nn.Module", "function")),
+        (dict(model=frozen), ("Job.model", "no trainable parameters")),
+        (dict(model=lambda: nn.Linear(8, 3).double()), ("Job.model", "float32", "float64")),
+        (dict(optimizer=lambda p: None), ("Job.optimizer", "torch.optim.Optimizer", "NoneType")),
+        (dict(lr_scheduler=lambda opt: None), ("Job.lr_scheduler", "step()", "NoneType")),
+        (
+            dict(lr_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau),
+            ("Job.lr_scheduler", "ReduceLROnPlateau", "no metric"),
+        ),
+    ],
+)
+def test_what_a_factory_builds_is_checked_where_it_is_built(overrides, needles):
+    job = shoal.Job(**fields(**overrides))
+    refused(lambda: Trainer(job), *needles)
+
+
+def test_a_float64_model_is_fine_without_the_exact_sum():
+    job = shoal.Job(**fields(model=lambda: nn.Linear(8, 3).double()))
+    assert Trainer(job, consistency="fast").model.weight.dtype == torch.float64
+
+
+def test_a_scheduler_stepped_without_a_metric_is_taken():
+    step_lr = lambda opt: torch.optim.lr_scheduler.StepLR(opt, 2)  # noqa: E731
+    trainer = Trainer(shoal.Job(**fields(lr_scheduler=step_lr)))
+    trainer.train_step()
+    assert trainer.scheduler.last_epoch == 1
+
+
+def logits(model, batch):
+    return model(batch[0])
+
+
+@pytest.mark.parametrize(
+    "loss_fn, got",
+    [
+        (lambda model, batch: 0.5, "got float"),
+        (lambda model, batch: (F.cross_entropy(logits(model, batch), batch[1]), 1), "got tuple"),
+        (lambda m, b: F.cross_entropy(logits(m, b), b[1], reduction="none"), "shape (4,)"),
+        (lambda model, batch: torch.tensor(0.5), "does not require grad"),
+    ],
+)
+def test_a_loss_that_is_not_a_scalar_tensor_is_refused_before_any_update(loss_fn, got):
+    trainer = Trainer(shoal.Job(**fields(loss_fn=loss_fn)))
+    before = trainer.model.weight.detach().clone()
+    refused(trainer.train_step, "Job.loss_fn must return a scalar (one-element) tensor", got)
+    assert trainer.step == 0 and torch.equal(trainer.model.weight, before)
+
+
+def test_a_one_element_loss_of_any_shape_trains():
+    loss_fn = lambda m, b: F.cross_entropy(logits(m, b), b[1]).reshape(1, 1)  # noqa: E731
+    trainer = Trainer(shoal.Job(**fields(loss_fn=loss_fn)))
+    assert trainer.train_step().step == 0 and trainer.step == 1
