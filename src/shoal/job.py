@@ -1,4 +1,4 @@
-"""`shoal.Job`: what a user hands shoal, and loading it from a job file.
+"""`shoal.Job`: what a user hands shoal, its field values checked, and loading it from a job file.
 
 A job file is a Python file exposing `make_job(**options) -> Job`. Every worker imports it
 and calls `make_job` with the same options, so factories (model, optimizer, scheduler) are
@@ -38,26 +38,93 @@ class Job:
     batch_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        # a bad value is refused here, when the launcher makes the job before any worker starts,
+        # not as an exception from deep inside a worker's first step
+        for name in ("micro_batch_size", "global_batch_size"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise UserError(f"Job.{name} must be a positive integer, got {value!r}")
         b, B = self.micro_batch_size, self.global_batch_size
-        if not isinstance(b, int) or b < 1:
-            raise UserError(f"micro_batch_size must be a positive integer, got {b!r}")
-        if not isinstance(B, int) or B < 1:
-            raise UserError(f"global_batch_size must be a positive integer, got {B!r}")
         if B % b:
-            raise UserError(f"global_batch_size {B} is not a multiple of micro_batch_size {b}")
-        for name in ("model", "optimizer", "loss_fn"):
-            if not callable(getattr(self, name)):
-                raise UserError(f"Job.{name} must be callable")
-        if not hasattr(self.dataset, "__len__") or not hasattr(self.dataset, "__getitem__"):
-            raise UserError("Job.dataset must be map-style (define __len__ and __getitem__)")
-        if len(self.dataset) < b:
-            raise UserError(
-                f"the dataset has {len(self.dataset)} samples, fewer than one micro-batch ({b})"
-            )
+            raise UserError(f"Job.global_batch_size {B} is not a multiple of micro_batch_size {b}")
+        _check_factories(self)
+        _check_dataset(self.dataset, b)
+        _check_seed(self.seed, "Job.seed")
+        _check_type(self.shuffle, "Job.shuffle", bool, "True or False")
+        _check_type(self.workload, "Job.workload", (str, type(None)), "a workload name or None")
+        _check_type(self.batch_policy, "Job.batch_policy", (str, type(None)), "a name or None")
+        _check_type(self.batch_options, "Job.batch_options", dict, "a dict of options")
 
     @property
     def num_micro_batches(self) -> int:
         return self.global_batch_size // self.micro_batch_size
+
+
+# plan/order.py's `_mix` hashes the seed as 16 signed bytes; config/__init__.py checks --seed
+# against the same range (neither may import the other; a test ties both to `_mix`)
+SEED_MIN, SEED_MAX = -(2**127), 2**127 - 1
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is an int to Python
+
+
+def _check_type(value: Any, name: str, types: type | tuple[type, ...], what: str) -> None:
+    if not isinstance(value, types):
+        raise UserError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def _check_seed(seed: Any, name: str) -> None:
+    if not _is_int(seed):
+        raise UserError(f"{name} must be an integer, got {type(seed).__name__}")
+    if not SEED_MIN <= seed <= SEED_MAX:
+        # (str() of an integer of over 4300 digits raises)
+        shown = seed if seed.bit_length() <= 1024 else f"an integer of {seed.bit_length()} bits"
+        raise UserError(f"{name} must be in [-2**127, 2**127 - 1], got {shown}")
+
+
+def _torch_class(path: str) -> type | None:
+    """torch's class at `path` ("nn.Module"), or None while torch is not imported: an instance
+    of a torch class exists only once torch is, so a check needs no import of its own."""
+    obj = sys.modules.get("torch")
+    for part in path.split(".") if obj is not None else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_factories(job: Job) -> None:
+    for name in ("model", "optimizer", "loss_fn"):
+        if not callable(getattr(job, name)):
+            raise UserError(f"Job.{name} must be callable, got {type(getattr(job, name)).__name__}")
+    for name in ("lr_scheduler", "collate_fn"):
+        value = getattr(job, name)
+        if value is not None and not callable(value):
+            raise UserError(f"Job.{name} must be callable or None, got {type(value).__name__}")
+    module = _torch_class("nn.Module")
+    if module is not None and isinstance(job.model, module):  # a module is callable too
+        raise UserError(
+            f"Job.model must be a factory that builds the model (e.g. lambda: MyNet()), "
+            f"got a {type(job.model).__name__} instance"
+        )
+
+
+def _check_dataset(dataset: Any, micro_batch_size: int) -> None:
+    iterable = _torch_class("utils.data.IterableDataset")
+    if iterable is not None and isinstance(dataset, iterable):
+        raise UserError(
+            "Job.dataset is an IterableDataset, which shoal does not support: it reads each "
+            "micro-batch's samples by index (use a map-style dataset: __len__ and __getitem__)"
+        )
+    if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+        raise UserError(
+            f"Job.dataset must be map-style (define __len__ and __getitem__), "
+            f"got {type(dataset).__name__}"
+        )
+    if len(dataset) < micro_batch_size:
+        raise UserError(
+            f"Job.dataset has {len(dataset)} samples, fewer than one micro-batch "
+            f"({micro_batch_size})"
+        )
 
 
 JOB_CODE_SEED = 0  # the global generators' seed whenever a job file's own code runs

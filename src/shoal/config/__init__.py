@@ -25,6 +25,8 @@ CONFIG_ENV = "SHOAL_CONFIG"
 # --threads: a sanity bound on the flag, not a resource policy (OpenMP crashes the worker at a
 # thread count it cannot create, e.g. 100000)
 MAX_THREADS = 1024
+# --seed: the range plan/order.py's seed mixer takes (16 signed bytes), as job.py's Job.seed
+SEED_MIN, SEED_MAX = -(2**127), 2**127 - 1
 
 
 @dataclass(frozen=True)
@@ -268,6 +270,8 @@ class RunConfig:
         if self.threads > MAX_THREADS:
             raise UserError(f"--threads must be <= {MAX_THREADS}, got {self.threads}")
         at_least(self.replan_every, 1, "--replan-every")
+        if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
+            raise UserError(f"--seed must be in [-2**127, 2**127 - 1], got {self.seed}")
         at_least(self.max_micro_batches, 1, "--max-micro-batches")
         if not self.peer_timeout_s > 0:
             raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")

@@ -33,6 +33,7 @@ import math
 
 import torch
 
+from shoal.errors import UserError
 from shoal.runtime.membership import max_over_workers
 
 MARGIN_BITS = 8  # the bound sits 2**8 above the previous step's largest mean gradient
@@ -49,10 +50,15 @@ class FixedPointAccumulator:
     """Owns the parameters' gradients as views of one flat buffer and sums them exactly."""
 
     def __init__(self, params: list[torch.nn.Parameter]):
+        # the parameters are those of the job's model: the user's to change
         if not params:
-            raise ValueError("the model has no trainable parameters")
-        if any(p.dtype != torch.float32 for p in params):
-            raise ValueError("consistency='exact' needs float32 parameters")
+            raise UserError("Job.model has no trainable parameters (none with requires_grad)")
+        others = sorted({str(p.dtype).removeprefix("torch.") for p in params} - {"float32"})
+        if others:  # the grid's scaling is exact in float32 only (see the module docstring)
+            raise UserError(
+                f"Job.model's parameters must be float32 under --consistency exact, "
+                f"got {', '.join(others)}"
+            )
         self.params = params
         numels = [p.numel() for p in params]
         device = params[0].device
