@@ -19,8 +19,12 @@ def estimate_host_s(job, config) -> float:
     import torch
     from torch.utils.data import default_collate
 
-    torch.manual_seed(job.seed)
-    model = job.model()
+    from shoal.plan import micro_batch_seed
+    from shoal.runtime.built import built_model
+    from shoal.runtime.trainer import seed_everything
+
+    seed_everything(micro_batch_seed(job.seed, -1, 0))  # as a worker (any seed in Job's range)
+    model = built_model(job, torch.device("cpu"))
     collate = job.collate_fn or default_collate
     batch = collate([job.dataset[i] for i in range(job.micro_batch_size)])
     times = []

@@ -36,6 +36,7 @@ from shoal.errors import RunFailed, UserError
 from shoal.job import parse_options
 from shoal.launcher.spec import RunSpec, load_job
 from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
+from shoal.runtime.built import built_model
 from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
 from shoal.runtime.outputs import job_fingerprint
 
@@ -115,7 +116,8 @@ def config_fingerprint(config: RunConfig) -> str:
     and its model built here as a worker builds them."""
     job = load_job(config)
     options = parse_options(list(config.options))
-    return job_fingerprint(config.job, options, job, config.consistency, job.model())
+    model = built_model(job, "cpu")  # a bad one is refused here, in one line
+    return job_fingerprint(config.job, options, job, config.consistency, model)
 
 
 def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:

@@ -31,7 +31,6 @@ apply, so neither the optimizer nor the scheduler steps (`StepOutcome.update`).
 
 from __future__ import annotations
 
-import inspect
 import random
 import statistics
 import time
@@ -44,10 +43,10 @@ import torch
 from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control import Rebalancer
 from shoal.control.gradstats import StepStats
-from shoal.errors import UserError
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.batching import AdaptiveBatch, BatchRecord
+from shoal.runtime.built import built_model, built_optimizer, built_scheduler, scalar_loss
 from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
@@ -103,62 +102,6 @@ def batch_reader(
     if getitems is not None:
         return lambda ids: collate(getitems(ids))
     return lambda ids: collate([dataset[i] for i in ids])
-
-
-# What the job's factories build and its loss function returns, checked where first used: a
-# wrong type is one line naming the Job field (a UserError), not an exception inside shoal.
-
-
-def built_model(job: Job, device: torch.device) -> torch.nn.Module:
-    model = job.model()
-    if not isinstance(model, torch.nn.Module):
-        raise UserError(f"Job.model must return a torch.nn.Module, got {type(model).__name__}")
-    if not any(p.requires_grad for p in model.parameters()):  # nothing to train, nor to sum
-        raise UserError("Job.model has no trainable parameters (none with requires_grad)")
-    return model.to(device).train()
-
-
-def built_optimizer(job: Job, model: torch.nn.Module) -> torch.optim.Optimizer:
-    optimizer = job.optimizer(model.parameters())
-    if not isinstance(optimizer, torch.optim.Optimizer):  # param_groups, state_dict: used
-        raise UserError(
-            f"Job.optimizer must return a torch.optim.Optimizer, got {type(optimizer).__name__}"
-        )
-    return optimizer
-
-
-def built_scheduler(job: Job, optimizer: torch.optim.Optimizer):
-    if job.lr_scheduler is None:
-        return None
-    scheduler = job.lr_scheduler(optimizer)
-    step = getattr(scheduler, "step", None)
-    if not callable(step):
-        raise UserError(
-            f"Job.lr_scheduler must return a scheduler with step(), got {type(scheduler).__name__}"
-        )
-    try:
-        inspect.signature(step).bind()
-    except TypeError:  # e.g. ReduceLROnPlateau's step(metrics)
-        raise UserError(
-            f"Job.lr_scheduler built a {type(scheduler).__name__}, whose step() needs arguments: "
-            "shoal steps the scheduler once per optimizer step, with no metric"
-        ) from None
-    except ValueError:  # no signature to read (a builtin): it is called as it is
-        pass
-    return scheduler
-
-
-def scalar_loss(loss: object) -> torch.Tensor:
-    """`loss` if backward() can start from it: a one-element tensor computed with a graph."""
-    if not isinstance(loss, torch.Tensor):
-        got = type(loss).__name__
-    elif loss.numel() != 1:
-        got = f"a tensor of shape {tuple(loss.shape)}"
-    elif not loss.requires_grad:
-        got = "a tensor that does not require grad (not computed from the model's parameters)"
-    else:
-        return loss
-    raise UserError(f"Job.loss_fn must return a scalar (one-element) tensor, got {got}")
 
 
 @dataclass
