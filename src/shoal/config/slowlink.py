@@ -125,6 +125,15 @@ class SlowLinkConfig:
         if h is not None and self.compress != "none":
             raise UserError("--local-steps and --compress: choose one way across the links")
 
+    def check_batch_policy(self, policy: str, source: str) -> None:
+        """Refuse an adaptive batch policy with either way across the links, as the workers
+        would (runtime/reduce.py, runtime/local_update.py), but before any of them starts: the
+        policy is known only once the job is built (`source`: the flag, or the job's own)."""
+        mode = "--compress" if self.compress != "none" else None
+        mode = "--local-steps" if self.local_steps is not None else mode
+        if policy != "fixed" and mode:
+            raise UserError(f"{source} {policy} is adaptive: {mode} needs a fixed batch size")
+
 
 def _check_sites(spec: str) -> None:
     """A site spec names workers 0..n-1, each in exactly one site, every site non-empty. The

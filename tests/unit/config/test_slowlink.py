@@ -1,5 +1,5 @@
-"""The slow-link section of a run's configuration: the site spec's grammar, each fault a
-one-line error naming the flag."""
+"""The slow-link section of a run's configuration: the site spec's grammar and the batch
+policies it does not combine with, each a one-line error naming the flag."""
 
 import pytest
 
@@ -42,3 +42,20 @@ def test_a_huge_index_is_refused_without_counting_up_to_it():
 @pytest.mark.parametrize("spec", ["0/1", "1/0", " 0 , 1 / 2", "0,1/3,2", "0"])
 def test_good_site_specs_are_taken(spec):
     assert SlowLinkConfig(sites=spec, compress="topk:0.1").sites == spec
+
+
+@pytest.mark.parametrize(
+    "link, flag",
+    [
+        (SlowLinkConfig(compress="topk:0.1"), "--compress"),
+        (SlowLinkConfig(compress="auto"), "--compress"),
+        (SlowLinkConfig(local_steps=2), "--local-steps"),
+    ],
+)
+def test_an_adaptive_batch_policy_is_refused_with_a_way_across_the_links(link, flag):
+    link.check_batch_policy("fixed", "--batch-policy")  # a fixed batch: fine
+    for source in ("--batch-policy", "the job's batch_policy"):
+        with pytest.raises(UserError) as err:
+            link.check_batch_policy("jabas", source)
+        assert str(err.value) == f"{source} jabas is adaptive: {flag} needs a fixed batch size"
+    SlowLinkConfig(sites="0/1").check_batch_policy("jabas", "--batch-policy")  # no mode: fine
