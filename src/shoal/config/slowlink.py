@@ -125,17 +125,33 @@ class SlowLinkConfig:
         if h is not None and self.compress != "none":
             raise UserError("--local-steps and --compress: choose one way across the links")
 
+    def check_batch_policy(self, policy: str, source: str) -> None:
+        """Refuse an adaptive batch policy with either way across the links, as the workers
+        would (runtime/reduce.py, runtime/local_update.py), but before any of them starts: the
+        policy is known only once the job is built (`source`: the flag, or the job's own)."""
+        mode = "--compress" if self.compress != "none" else None
+        mode = "--local-steps" if self.local_steps is not None else mode
+        if policy != "fixed" and mode:
+            raise UserError(f"{source} {policy} is adaptive: {mode} needs a fixed batch size")
+
 
 def _check_sites(spec: str) -> None:
-    """A site spec names workers 0..n-1, each in exactly one site, every site non-empty."""
-    seen: list[int] = []
+    """A site spec names workers 0..n-1, each in exactly one site, every site non-empty. The
+    worker count is not known here (under torchrun, not before the workers start; a worker
+    the spec leaves out joins a site by its index), so n is the count of names."""
+    seen: set[int] = set()
     for i, part in enumerate(spec.split("/")):
-        names = [w.strip() for w in part.split(",") if w.strip()]
-        if not names:
+        names = [w.strip() for w in part.split(",")]
+        if not any(names):
             raise UserError(f"--sites: site {i} of {spec!r} names no worker")
-        try:
-            seen += [int(w) for w in names]
-        except ValueError:
-            raise UserError(f"--sites {spec!r}: workers are indices, got {part!r}") from None
-    if sorted(seen) != list(range(len(seen))):
-        raise UserError(f"--sites {spec!r} must name workers 0..{len(seen) - 1}, each once")
+        for w in names:
+            # ASCII digits only: int() also takes "+1", "1_0", " 1" and other scripts' digits
+            if not (w.isascii() and w.isdigit()):
+                what = "an empty item" if not w else f"{w!r}"
+                raise UserError(f"--sites {spec!r}: site {i} has {what}, not a worker index")
+            if int(w) in seen:
+                raise UserError(f"--sites {spec!r} names worker {int(w)} twice")
+            seen.add(int(w))
+    if max(seen) >= len(seen):  # distinct indices from 0: one is missing below the largest
+        gap = next(w for w in range(len(seen)) if w not in seen)
+        raise UserError(f"--sites {spec!r} leaves out worker {gap}: workers are numbered from 0")

@@ -20,6 +20,7 @@ run will do to the directory's files:
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -117,13 +118,14 @@ def config_fingerprint(config: RunConfig) -> str:
     job = load_job(config)
     options = parse_options(list(config.options))
     model = built_model(job, "cpu")  # a bad one is refused here, in one line
-    return job_fingerprint(config.job, options, job, config.consistency, model)
+    return job_fingerprint(config.job, options, job, config.consistency, model, config.link)
 
 
 def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:
     """A finished run's result.json belongs to one job: a resume with another job file, other
-    options, seed or consistency mode is refused, with the checkpoint load's message. A result
-    without a fingerprint (written before it had one) is taken as it is."""
+    options, seed, consistency mode or slow-link settings is refused, with the checkpoint
+    load's message. A result without a fingerprint (written before it had one) is taken as
+    it is."""
     theirs = result.get("fingerprint")
     if not isinstance(theirs, str):
         return
@@ -260,7 +262,9 @@ def checkpoint_dir(config: RunConfig) -> str:
 def resume_hint(spec: RunSpec) -> str:
     """What a failure message may recommend: to resume only if a checkpoint exists, from which
     step, and the `shoal run` command that does it (whatever started the run: `shoal demo` has
-    no --resume)."""
+    no --resume), with every flag of the run not at its default: those the fingerprint checks
+    (a resume without them is refused) and the rest (--batch-policy, --checkpoint-dir, ...),
+    so that the run continues as it began."""
     config = spec.config
     step = latest_checkpoint_step(checkpoint_dir(config))
     if step is None:
@@ -270,11 +274,48 @@ def resume_hint(spec: RunSpec) -> str:
         workers = [f"{k}:{t}" for k, t in zip(spec.kinds, spec.tiers, strict=True)]
     words = ["shoal", "run", config.job, "--workers", ",".join(workers)]
     words += ["--steps", str(config.steps), "--resume", config.out]
-    words += [w for option in config.options for w in ("-o", option)]
-    return (
-        f"continue from the checkpoint of step {step} with: {shlex.join(words)} "
-        "(and the run's other flags)"
-    )
+    words += _flag_words(config, _implied_by_workers(spec))
+    return f"continue from the checkpoint of step {step} with: {shlex.join(words)}"
+
+
+# written by resume_hint itself (--resume DIR stands in for --out)
+_HINT_OWN = {"job", "--steps", "--out", "--resume"}
+
+
+def _implied_by_workers(spec: RunSpec) -> dict[str, str]:
+    """Flags `shoal run` sets from --workers when they are not given (cli/run.py): the batch
+    policy's reference kinds and the kinds a provider's scaler buys."""
+    from shoal.perf.devices import load_devices  # numpy: only when a hint is written
+
+    implied = {"--kinds": ",".join(dict.fromkeys(spec.kinds))}
+    reference = spec.config.batch.reference
+    if reference and load_devices().parse_workers(reference) == list(spec.kinds):
+        implied["--batch-reference"] = reference
+    return implied
+
+
+def _flag_words(config, implied: dict[str, str]) -> list[str]:
+    """`config`'s flags (nested sections included) whose values are not their defaults, nor
+    what `shoal run` would set from --workers (`implied`), as command-line words."""
+    words: list[str] = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            words += _flag_words(value, implied)
+            continue
+        flag = f.metadata.get("flag")
+        if flag is None or flag in _HINT_OWN or implied.get(flag) == value:
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if value == default:
+            continue
+        if isinstance(value, bool):
+            words.append(flag)
+        elif isinstance(value, tuple | list):
+            words += [w for item in value for w in (f.metadata.get("short", flag), str(item))]
+        else:
+            words += [flag, str(value)]
+    return words
 
 
 def wind_down(controller, grace_s: float = GRACE_S) -> str | None:

@@ -25,7 +25,7 @@ from shoal.job import build_job, load_job_file, parse_options
 from shoal.launcher.events import Event
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
-from shoal.runtime.batching import check_batch
+from shoal.runtime.batching import check_batch, policy_for
 from shoal.runtime.outputs import prepare_out_dir
 
 
@@ -94,6 +94,7 @@ def check_run(spec: RunSpec) -> Speeds:
     check_process_count(spec)
     job = load_job(config)
     check_batch(config.batch, job, config.consistency)
+    check_slow_link(config, job)
     if config.max_micro_batches is not None:  # the planner's own check, before any worker starts
         try:
             caps = [config.max_micro_batches] * len(spec.kinds)
@@ -121,6 +122,20 @@ def check_run(spec: RunSpec) -> Speeds:
     return Speeds(
         {k: fastest / s for k, s in speed.items()}, {k: 1.0 / s for k, s in speed.items()}
     )
+
+
+def check_slow_link(config: RunConfig, job) -> None:
+    """The slow-link flags against the rest of the run: an adaptive batch policy (the flag's or
+    the job's) is refused with --compress or --local-steps, and --sites alone, which changes
+    nothing, is warned about (as --batch-bounds with the fixed policy is)."""
+    link = config.link
+    policy = policy_for(config.batch, job, config.consistency).name
+    source = "--batch-policy" if config.batch.policy else "the job's batch_policy"
+    link.check_batch_policy(policy, source)
+    if link.sites is not None and link.compress == "none" and link.local_steps is None:
+        sys.stderr.write(
+            "shoal: warning: --sites has no effect without --compress or --local-steps\n"
+        )
 
 
 def load_job(config: RunConfig):

@@ -18,6 +18,8 @@ import tempfile
 import time
 from typing import Any
 
+from shoal.config import SlowLinkConfig
+from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError
 from shoal.metrics import (
     METRICS_FILE,
@@ -68,26 +70,60 @@ def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def job_fingerprint(job_path: str, options: dict, job, consistency: str, model) -> str:
+def job_fingerprint(
+    job_path: str, options: dict, job, consistency: str, model, link: SlowLinkConfig | None = None
+) -> str:
     """What determines a run's result, hashed: the job file's contents (an edited body is
     another job; a renamed or moved file is the same one), its options, batch sizes, seed,
-    dataset size, the consistency mode and the model's tensors (names, dtypes, shapes)."""
+    dataset size, the consistency mode, the model's tensors (names, dtypes, shapes) and the
+    slow-link settings that change what is trained (`link_settings`)."""
     shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
     source = hashlib.sha256(pathlib.Path(job_path).read_bytes()).hexdigest()
-    blob = json.dumps(
-        [
-            source,
-            len(job.dataset),
-            sorted(options.items()),
-            job.micro_batch_size,
-            job.global_batch_size,
-            job.seed,
-            consistency,
-            shapes,
-        ],
-        default=repr,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()
+    parts = [
+        source,
+        len(job.dataset),
+        sorted(options.items()),
+        job.micro_batch_size,
+        job.global_batch_size,
+        job.seed,
+        consistency,
+        shapes,
+    ]
+    settings = link_settings(link)
+    if settings:
+        # appended only when a way across the links is on: a run without one keeps the exact
+        # fingerprint it had before these were hashed, so its old checkpoints stay resumable
+        parts.append(sorted(settings.items()))
+    return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()
+
+
+def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
+    """The slow-link settings that change what is trained, normalized (topk:0.10 is
+    topk:0.1): none without --compress or --local-steps, where the others have no effect;
+    with one of them, its mode's settings and the site layout, which decides whose sums are
+    compressed or averaged (docs/consistency.md: residuals, pending messages and the outer
+    state are training state, kept per site)."""
+    if link is None or (link.compress == "none" and link.local_steps is None):
+        return {}
+    sites = None
+    if link.sites is not None:  # spec order kept: a site's residuals are keyed by its index
+        sites = [sorted(int(w) for w in part.split(",")) for part in link.sites.split("/")]
+    if link.local_steps is not None:
+        return {
+            "sites": sites,
+            "local_steps": int(link.local_steps),
+            "outer_lr": float(link.outer_lr),
+            "outer_momentum": float(link.outer_momentum),
+            "outer_overlap": link.outer_overlap,
+        }
+    mode, keep = parse_compress(link.compress)
+    return {
+        "sites": sites,
+        "compress": mode,
+        "keep": keep,
+        "sparse_optim": link.sparse_optim,
+        "pipeline": link.pipeline,
+    }
 
 
 def spool_dir(out: pathlib.Path) -> str:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from shoal.config import RunConfig
+from shoal.config import BatchConfig, CheckpointConfig, RunConfig, SlowLinkConfig
 from shoal.errors import RunFailed, UserError
 from shoal.launcher.rundir import LOCK_FILE, RunLock, resume_hint, run_in_directory
 from shoal.launcher.spec import RunSpec
@@ -74,13 +74,13 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path, capsys):
 DIGITS = str(pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py")
 
 
-def worker_fingerprint(options: dict) -> str:
+def worker_fingerprint(options: dict, link: SlowLinkConfig | None = None) -> str:
     """The fingerprint a worker of digits.py with `options` writes (runtime/loop.py)."""
     from shoal.job import build_job, load_job_file
     from shoal.runtime.trainer import Trainer
 
     job = build_job(load_job_file(DIGITS), options, None)
-    return job_fingerprint(DIGITS, options, job, "exact", Trainer(job).model)
+    return job_fingerprint(DIGITS, options, job, "exact", Trainer(job).model, link)
 
 
 def test_the_launchers_fingerprint_is_the_workers(tmp_path):
@@ -93,6 +93,9 @@ def test_the_launchers_fingerprint_is_the_workers(tmp_path):
     assert config_fingerprint(dataclasses.replace(cfg, options=["lr=0.3"])) != config_fingerprint(
         cfg
     )
+    compressed = dataclasses.replace(cfg, link=SlowLinkConfig(compress="topk:0.1"))
+    assert config_fingerprint(compressed) == worker_fingerprint({"lr": 0.1}, compressed.link)
+    assert config_fingerprint(compressed) != config_fingerprint(cfg)
 
 
 def test_resuming_another_jobs_finished_run_is_refused_and_changes_nothing(tmp_path):
@@ -228,7 +231,7 @@ def test_resume_hint_is_a_shoal_run_command_that_parses_back(tmp_path):
     checkpoint(out, 4)
     cfg = dataclasses.replace(config(out), options=["global_batch_size=256", "lr=0.1"])
     hint = resume_hint(RunSpec(cfg, ["v100", "k80"], tiers=["on_demand", "spot"]))
-    command = hint.split(" with: ", 1)[1].split(" (and", 1)[0]
+    command = hint.split(" with: ", 1)[1]
     words = shlex.split(command)
     assert words[:2] == ["shoal", "run"]
     args = build_parser().parse_args(words[1:])
@@ -291,3 +294,114 @@ def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
     assert "interrupted at step 10" in wind_down(controller, grace_s=0)
     (tmp_path / "result.json").write_text(json.dumps({"final_step": 10}))
     assert wind_down(controller, grace_s=0) is None
+
+
+def test_a_run_without_slow_link_settings_keeps_its_fingerprint(tmp_path):
+    """Checkpoints written before the slow-link settings were hashed stay resumable: without
+    --compress or --local-steps the fingerprint is the one computed before, flags that then
+    have no effect (--sites, --sparse-optim, --outer-lr) included."""
+    import hashlib
+
+    model = torch.nn.Linear(2, 1)
+    job = SimpleNamespace(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)
+    path = tmp_path / "job.py"
+    path.write_text("def make_job(): ...\n")
+    shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
+    source = hashlib.sha256(path.read_bytes()).hexdigest()
+    blob = json.dumps(
+        [source, 8, [("lr", 0.1)], 2, 4, 0, "exact", shapes], default=repr
+    )  # the fingerprint as it was: what old checkpoints and results hold
+    before = hashlib.sha256(blob.encode()).hexdigest()
+    for link in (
+        None,
+        SlowLinkConfig(),
+        SlowLinkConfig(sites="0/1"),
+        SlowLinkConfig(sparse_optim="dense"),
+        SlowLinkConfig(outer_lr=0.3, outer_momentum=0.5),
+    ):
+        assert job_fingerprint(str(path), {"lr": 0.1}, job, "exact", model, link) == before
+
+
+def test_slow_link_settings_that_change_training_change_the_fingerprint(tmp_path):
+    """A --resume with another way across the links, keep ratio, pipeline, sparse optimizer,
+    outer settings or site layout continued the run silently (a local-update run went on as
+    a compressed one): each is another job now. Spellings of one setting are one job."""
+    model = torch.nn.Linear(2, 1)
+    job = SimpleNamespace(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)
+    path = tmp_path / "job.py"
+    path.write_text("def make_job(): ...\n")
+
+    def fp(**link):
+        return job_fingerprint(str(path), {}, job, "exact", model, SlowLinkConfig(**link))
+
+    topk, local = dict(compress="topk:0.1", sites="0/1"), dict(local_steps=3, sites="0/1")
+    distinct = [
+        fp(),
+        fp(**topk),
+        fp(**{**topk, "compress": "topk:0.2"}),
+        fp(**{**topk, "compress": "blocktopk:0.1"}),
+        fp(**{**topk, "compress": "auto"}),
+        fp(**{**topk, "pipeline": True}),
+        fp(**{**topk, "sparse_optim": "dense"}),
+        fp(**{**topk, "sites": "1/0"}),  # a site's residuals are kept under its index
+        fp(**{**topk, "sites": "0,1"}),
+        fp(**{**topk, "sites": None}),
+        fp(**local),
+        fp(**{**local, "local_steps": 4}),
+        fp(**{**local, "outer_lr": 0.5}),
+        fp(**{**local, "outer_momentum": 0.5}),
+        fp(**{**local, "outer_overlap": 2}),
+        fp(**{**local, "sites": "0,1"}),
+    ]
+    assert len(set(distinct)) == len(distinct)
+    assert fp(**topk) == fp(compress="topk:0.10", sites=" 0 / 1 ")
+    assert fp(**local) == fp(local_steps=3, sites="0/1", sparse_optim="dense")  # no effect
+    assert fp(**topk) == fp(**topk, outer_lr=0.5)  # no effect with --compress
+
+
+def test_resuming_a_finished_run_with_other_slow_link_flags_is_refused(tmp_path):
+    local = SlowLinkConfig(sites="0/1", local_steps=3)
+    result = {"final_step": 10, "fingerprint": worker_fingerprint({}, local)}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    ours = dataclasses.replace(config(tmp_path), job=DIGITS, link=local)
+    assert run_in_directory(ours, lambda: pytest.fail("ran")) == result  # the same run
+    for link in (SlowLinkConfig(sites="0/1", compress="topk:0.1"), SlowLinkConfig()):
+        other = dataclasses.replace(ours, link=link)
+        with pytest.raises(UserError, match=r"result.json belongs to a different job"):
+            run_in_directory(other, lambda: pytest.fail("ran"))
+
+
+def test_resume_hint_gives_every_flag_the_run_was_given(tmp_path):
+    """The hint left out the slow-link flags (and every other one but -o), which a resume
+    needs: without them it is refused as another job, or continues another way."""
+    from shoal.cli import build_parser
+    from shoal.cli.run import config_from_args
+
+    out = tmp_path / "run"
+    checkpoint(out, 4)
+    cfg = RunConfig(
+        "job.py",
+        40,
+        str(out),
+        resume=True,
+        seed=3,
+        options=("lr=0.1",),
+        threads=2,
+        checkpoint=CheckpointConfig(every=5, dir=str(tmp_path / "ck")),
+        batch=BatchConfig(policy="fixed", bounds="32:64", reference="2xk80,v100"),
+        link=SlowLinkConfig(
+            sites="0/1,2", compress="topk:0.1", pipeline=True, sparse_optim="dense"
+        ),
+    )
+    save_checkpoint(str(tmp_path / "ck"), 4, {"step": 4}, FP)
+    hint = resume_hint(RunSpec(cfg, ["k80", "k80", "v100"]))
+    assert "other flags" not in hint
+    words = shlex.split(hint.split(" with: ", 1)[1])
+    resumed = config_from_args(build_parser().parse_args(words[1:]))
+    # the reference shoal run sets from --workers is not repeated; it names the same kinds
+    assert "--batch-reference" not in words and resumed.batch.reference == "k80,k80,v100"
+    batch = dataclasses.replace(cfg.batch, reference=resumed.batch.reference)
+    assert resumed == dataclasses.replace(cfg, batch=batch, emulation=resumed.emulation)
+    local = dataclasses.replace(cfg, link=SlowLinkConfig(local_steps=4, outer_overlap=2))
+    words = shlex.split(resume_hint(RunSpec(local, ["k80"])).split(" with: ", 1)[1])
+    assert config_from_args(build_parser().parse_args(words[1:])).link == local.link
