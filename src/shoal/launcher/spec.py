@@ -126,8 +126,9 @@ def check_run(spec: RunSpec) -> Speeds:
 
 def check_slow_link(config: RunConfig, job) -> None:
     """The slow-link flags against the rest of the run: an adaptive batch policy (the flag's or
-    the job's) is refused with --compress or --local-steps, and --sites alone, which changes
-    nothing, is warned about (as --batch-bounds with the fixed policy is)."""
+    the job's) is refused with --compress or --local-steps; --sites alone, which changes
+    nothing, is warned about (as --batch-bounds with the fixed policy is), and so is the lazy
+    step where the job's optimizer has none (the workers fall back to the dense step)."""
     link = config.link
     policy = policy_for(config.batch, job, config.consistency).name
     source = "--batch-policy" if config.batch.policy else "the job's batch_policy"
@@ -136,6 +137,13 @@ def check_slow_link(config: RunConfig, job) -> None:
         sys.stderr.write(
             "shoal: warning: --sites has no effect without --compress or --local-steps\n"
         )
+    if link.compress != "none" and link.sparse_optim == "lazy":  # the workers' own test
+        from shoal.runtime.built import built_model, built_optimizer
+        from shoal.runtime.sparse_optim import supports
+
+        reason = supports(built_optimizer(job, built_model(job, "cpu")))
+        if reason is not None:
+            sys.stderr.write(f"shoal: warning: --sparse-optim lazy has no effect: {reason}\n")
 
 
 def load_job(config: RunConfig):

@@ -76,3 +76,23 @@ def test_sites_without_a_way_across_the_links_is_warned_about(tmp_path, capsys, 
     err = capsys.readouterr().err
     warning = "shoal: warning: --sites has no effect without --compress or --local-steps\n"
     assert err == (warning if warned else "")
+
+
+def test_a_lazy_step_the_optimizer_cannot_take_is_warned_about_at_launch(tmp_path, capsys):
+    """The workers fell back to the dense step with a warning in their logs only."""
+    import torch
+
+    config = RunConfig(DIGITS, 3, str(tmp_path), link=SlowLinkConfig(compress="topk:0.1"))
+    job = load_job(config)
+    check_slow_link(config, job)  # digits.py's SGD has a lazy step
+    assert capsys.readouterr().err == ""
+    rmsprop = dataclasses.replace(job, optimizer=lambda p: torch.optim.RMSprop(p, lr=0.01))
+    check_slow_link(config, rmsprop)
+    assert "--sparse-optim lazy has no effect: a lazy step for SGD, Adam and AdamW only" in (
+        capsys.readouterr().err
+    )
+    dense = dataclasses.replace(
+        config, link=SlowLinkConfig(compress="topk:0.1", sparse_optim="dense")
+    )
+    check_slow_link(dense, rmsprop)
+    assert capsys.readouterr().err == ""
