@@ -83,7 +83,7 @@ def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
     """... and the command the message offers continues the run exactly, showing only its own
     events (a resume used to print the earlier attempt's events again, as if new)."""
     err = shoal_run(tmp_path / "run", "v100", 40, "--events", "step 5: notice 0", expect=1)
-    found = re.search(r"checkpoint of step (\d+) with: (shoal run .*) \(and the run's", err)
+    found = re.search(r"checkpoint of step (\d+) with: (shoal run .*)$", err, re.M)
     assert found and int(found.group(1)) >= 5, err[-2000:]
     assert "notice" in err
     command = shlex.split(found.group(2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 
 from shoal.cli.flags import add_flags, from_args
@@ -49,7 +50,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         args,
         out=out,
         resume=args.resume is not None,
-        emulation=EmulationConfig.from_environ(),
+        # the catalog's slowdown per worker (spec.py), not SHOAL_SLOWDOWN, a torchrun knob
+        emulation=EmulationConfig.from_environ({**os.environ, "SHOAL_SLOWDOWN": ""}),
     )
     workers = worker_kinds(args.workers, config)
     if config.batch.reference is None:  # the policy's throughput model: these workers' priors
@@ -86,11 +88,13 @@ def _run(args: argparse.Namespace) -> int:
         tiers = split_tiers(args.workers)[1]
     spec = RunSpec(config, devices.parse_workers(worker_kinds(args.workers, config)), events, tiers)
     result = run_local(spec, verbose=args.verbose)
-    # training time (what samples/s is over) and the command's own, start-up included
+    # training time (what samples/s is over) and the command's own, start-up included; a run
+    # finished earlier reports its own time, not this command's
     total = time.monotonic() - started
+    took = "earlier" if result.get("earlier") else f"{total:.1f}s with start-up"
     print(
         f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s "
-        f"({total:.1f}s with start-up), {result['samples_per_s']:,.0f} samples/s, "
+        f"({took}), {result['samples_per_s']:,.0f} samples/s, "
         f"state_sha256 {result['state_sha256']}"
         + (f", cost ${result['cost']['usd']:.4f}" if result.get("cost") else "")
     )

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=12, help="trial budget (default 12)")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="micro-batch sizes to try")
     p.add_argument("--ckpt-ratios", default="0,0.5,1", help="checkpointed fractions to try")
-    p.add_argument("--fusion", default="off,on", help="fusion settings to try: off, on or both")
+    p.add_argument("--fusion", default="off,on", help="fusion settings to try: off, on, or off,on")
     p.add_argument("--seq-len", type=int, default=64, help="tokens per sample (image side: CNN)")
     p.add_argument("--steps", type=int, default=3, help="timed training steps per trial")
     p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps per trial")

@@ -207,7 +207,7 @@ class ProviderConfig:
         if not self.time_scale > 0 or math.isinf(self.time_scale):
             raise UserError(f"--time-scale must be > 0, got {self.time_scale}")
         if self.time_scale > MAX_TIME_SCALE:
-            raise UserError(f"--time-scale {self.time_scale:g}: at most {MAX_TIME_SCALE:,.0f}")
+            raise UserError(f"--time-scale {self.time_scale!r}: at most {MAX_TIME_SCALE:,.0f}")
         if self.recovery not in ("peers", "restart"):
             raise UserError(f"--recovery must be peers or restart, got {self.recovery!r}")
         if self.recovery == "restart" and self.autoscale:

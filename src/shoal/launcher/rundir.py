@@ -232,7 +232,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
                 f"shoal: {out} already finished at step {done['final_step']} "
                 f"(--steps {config.steps}); nothing to do, nothing changed\n"
             )
-            return done
+            return {**done, "earlier": True}  # (not this command's: the CLI says so)
         step = check_resumable(config.checkpoint.dir or str(out / "checkpoints"))
         check_metrics(out / METRICS_FILE)
         sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")

@@ -197,8 +197,11 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
-    for e in unreachable_events(spec):
+    never = unreachable_events(spec)
+    for e in never:
         sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
+    # and they are not queued: a step event due at --steps was tried once the workers had gone
+    spec = dataclasses.replace(spec, events=[e for e in spec.events if e not in never])
     driver = provider_driver(spec, speeds)
     # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
     run = lambda: Controller(spec, speeds, show_progress, verbose, driver).run()  # noqa: E731

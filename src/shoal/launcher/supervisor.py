@@ -482,8 +482,8 @@ class Controller:
         (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
         unfired = f"; {len(self.pending)} pending events cannot fire" if self.pending else ""
         raise RunFailed(
-            f"every worker is gone at step {self.steps_done}{unfired}; "
-            f"{resume_hint(self.spec)} (worker logs: {self.logs})"
+            f"every worker is gone at step {self.steps_done}{unfired} (worker logs: "
+            f"{self.logs}); {resume_hint(self.spec)}"  # the command last: copied as it is
         )
 
 

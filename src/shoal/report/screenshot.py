@@ -52,6 +52,8 @@ def screenshot(
 ) -> Path:
     """Render `page` (an HTML file) in headless Chromium and save a PNG of the window to `out`."""
     browser = chromium or find_chromium()
+    if browser is None and os.environ.get(BROWSER_ENV):
+        raise UserError(f"{BROWSER_ENV}={os.environ[BROWSER_ENV]!r}: no such browser")
     if browser is None:
         raise UserError(f"no Chromium found on PATH (tried {', '.join(CHROMIUM_NAMES)})")
     page, out = Path(page).resolve(), Path(out).resolve()

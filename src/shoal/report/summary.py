@@ -85,7 +85,7 @@ def summarize(run: Run) -> Summary:
     wall = last.wall_time_s if last else None
     devices = sorted({w.device for s in run.steps for w in s.workers if w.device})
     return Summary(
-        final_step=last.step if last else None,
+        final_step=last.step + 1 if last else None,  # steps done, as result.json counts
         state_sha256=None,
         wall_time_s=wall,
         samples_per_s=sum(samples) / wall if wall and samples else None,

@@ -67,7 +67,8 @@ def test_resuming_a_finished_run_changes_nothing(tmp_path, capsys):
     (tmp_path / "result.json").write_text(json.dumps(result))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     got = run_in_directory(config(tmp_path), lambda: pytest.fail("ran"))
-    assert got == result and "already finished at step 10" in capsys.readouterr().err
+    assert got == {**result, "earlier": True}  # the CLI then says the time is not its own
+    assert "already finished at step 10" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
 
 
@@ -105,7 +106,7 @@ def test_resuming_another_jobs_finished_run_is_refused_and_changes_nothing(tmp_p
     (tmp_path / "result.json").write_text(json.dumps(result))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     ours = dataclasses.replace(config(tmp_path), job=DIGITS)
-    assert run_in_directory(ours, lambda: pytest.fail("ran")) == result  # the same job
+    assert run_in_directory(ours, lambda: pytest.fail("ran")) == {**result, "earlier": True}
     other = dataclasses.replace(ours, options=["lr=0.3"])
     with pytest.raises(UserError, match=r"result.json belongs to a different job \(fingerprint"):
         run_in_directory(other, lambda: pytest.fail("ran"))
@@ -364,7 +365,7 @@ def test_resuming_a_finished_run_with_other_slow_link_flags_is_refused(tmp_path)
     result = {"final_step": 10, "fingerprint": worker_fingerprint({}, local)}
     (tmp_path / "result.json").write_text(json.dumps(result))
     ours = dataclasses.replace(config(tmp_path), job=DIGITS, link=local)
-    assert run_in_directory(ours, lambda: pytest.fail("ran")) == result  # the same run
+    assert run_in_directory(ours, lambda: pytest.fail("ran")) == {**result, "earlier": True}
     for link in (SlowLinkConfig(sites="0/1", compress="topk:0.1"), SlowLinkConfig()):
         other = dataclasses.replace(ours, link=link)
         with pytest.raises(UserError, match=r"result.json belongs to a different job"):

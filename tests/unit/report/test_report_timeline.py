@@ -88,7 +88,7 @@ def test_summary_without_result_falls_back_to_metrics(write_metrics):
     )
     s = summarize(load_run(directory))
     assert not s.from_result
-    assert (s.final_step, s.wall_time_s, s.samples_per_s) == (2, 2.0, 8.0)
+    assert (s.final_step, s.wall_time_s, s.samples_per_s) == (3, 2.0, 8.0)  # steps done: 0-2
     assert s.median_recovery_time_s is None and s.lost_steps == 0
 
 
