@@ -33,8 +33,12 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--autoscale", "--deadline", "soon"], "--deadline"),
         ([*PROVIDER, "--autoscale", "--budget", "lots"], "--budget"),
         ([*PROVIDER, "--deadline", "1h"], "--autoscale"),
-        ([*PROVIDER, "--kinds", "v100,tpu9"], "tpu9"),
+        ([*PROVIDER, "--autoscale", "--deadline", "1h", "--kinds", "v100,tpu9"], "tpu9"),
         ([*PROVIDER, "--notice", "soon"], "--notice"),
+        ([*PROVIDER, "--notice", "inf"], "--notice"),  # a notice at every lease's start
+        # the scaler's choice: without it, it changed the emulated speed (a k80 at v100 pace)
+        ([*PROVIDER, "--kinds", "k80,v100"], "--kinds is what the scaler may buy"),
+        ([*PROVIDER, "--outage", "k80:0-10"], "--outage: expected KIND:TIER"),  # no tier
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
         # an infinite cadence trained every step, then failed on the scenario it could not write
         (
@@ -242,3 +246,35 @@ def test_a_live_runs_scenario_loads_at_the_shortest_cadence(tmp_path):
     path = tmp_path / "scenario.json"
     path.write_text(json.dumps(d.scenario().to_json()))
     assert load_scenario(str(path)).scale_every_s == MIN_SCALE_EVERY_S
+
+
+def test_the_scenario_carries_the_runs_recovery_and_checkpoint_cadence():
+    """A --recovery restart run's scenario.json replayed as a peers run, checkpointing every
+    600 s whatever the run did: about 4x off its time and cost."""
+    sc = make_driver().scenario()
+    assert not sc.restart_from_checkpoint
+    assert sc.checkpoint_every_s == pytest.approx(600 * 10.0)  # 600 wall s at time scale 10
+    assert make_driver(recovery="restart").scenario().restart_from_checkpoint
+
+
+def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying():
+    """Replacements revoked while they boot, again and again: a worker still starting reset the
+    give-up bound, and a run bought 2,800 servers in 5 minutes. The bound counts from the last
+    member's end; past it the driver buys nothing more."""
+    import types
+
+    d = make_driver()
+    said = []
+    starting = types.SimpleNamespace(state="starting")
+    d.ctl = types.SimpleNamespace(
+        steps_done=3, workers={"w5": starting}, members=[], pending=[], say=said.append
+    )
+    d.started, d.leases = 0.0, {}  # the first group trained; every server is gone
+    d._fill = d._shrink = lambda *_: None  # (what it would request is not the point here)
+    clock = iter([100.0, 100.0 + d.gave_up_after_s / 2, 101.0 + d.gave_up_after_s])
+    d.now = lambda: next(clock)
+    d.tick()
+    d.tick()
+    assert not d.gave_up and d.want  # within the bound: still buying
+    d.tick()
+    assert d.gave_up and d.want == {} and "buying no more" in said[-1]

@@ -245,7 +245,7 @@ def load_spot_trace(path: str) -> dict[str, RevocationModel]:
     every kind, key `ANY_KIND`) or a CSV of `kind,lifetime_s` lines (`inf`: never revoked).
     Blank lines and `#` comments are skipped; a malformed line is a UserError naming FILE:LINE."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not data
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--spot-trace {path}: cannot read ({exc.__class__.__name__})") from None
     added: dict[str, float] = {}
@@ -264,6 +264,8 @@ def load_spot_trace(path: str) -> dict[str, RevocationModel]:
         elif fmt == "bamboo:add":
             added[key] = value
         elif key in added:
+            if value < added[key]:
+                raise UserError(f"{path}:{lineno}: node {key} removed before it was added")
             bamboo.append(value - added.pop(key))
     if not formats:
         raise UserError(f"--spot-trace {path}: no lifetimes in the file")

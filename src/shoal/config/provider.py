@@ -47,7 +47,7 @@ def parse_usd(text: str, flag: str) -> float:
 
 def _kind_tier(text: str, flag: str) -> tuple[str, str]:
     kind, _, tier = text.strip().lower().partition(":")
-    tier = tier.replace("-", "_") or "on_demand"
+    tier = tier.replace("-", "_")  # named: `k80:0-10` was taken as on-demand, silently
     if not kind or tier not in TIER_NAMES:
         raise UserError(f"{flag}: expected KIND:TIER (tier on_demand or spot), got {text!r}")
     return kind, tier
@@ -240,7 +240,7 @@ class ProviderConfig:
             value = float(self.notice)
         except ValueError:
             value = math.nan
-        if not value >= 0:
+        if not 0 <= value < math.inf:  # inf: a notice at the lease's start, no revocation
             raise UserError(f"--notice: expected seconds or none, got {self.notice!r}")
         return value
 

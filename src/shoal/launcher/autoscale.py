@@ -40,7 +40,6 @@ from dataclasses import replace
 
 from shoal.cluster.ledger import Carried, CostLedger, carry_over
 from shoal.cluster.provider import Lease, provider_from_config
-from shoal.cluster.revocation import load_gce_lifetimes
 from shoal.config import ProviderConfig
 from shoal.control.scaler import (
     Goal,
@@ -212,8 +211,15 @@ class Driver:
         if self.started is None:  # nothing is decided before the first group trains, but a
             self._departures(now)  # worker that failed starting frees its server
             return
-        if any(w.state != "gone" for w in self.ctl.workers.values()):
-            self.alone_since_s = None  # the give-up bound counts from the last worker's end
+        if any(w.state in ("member", "leaving") for w in self.ctl.workers.values()):
+            self.alone_since_s = None  # the give-up bound counts from the last member's end
+        elif self.alone_since_s is None:
+            self.alone_since_s = now
+        elif now - self.alone_since_s > self.gave_up_after_s and not self.gave_up:
+            # replacements revoked while they boot, again and again: a worker still starting
+            # kept the run alive, and it bought server after server (2,800 in 5 minutes)
+            self.gave_up, self.want = True, {}
+            self.ctl.say(f"no worker trained for {now - self.alone_since_s:.0f} s: buying no more")
         self._revocations(now)
         self._departures(now)
         if self.gave_up:
@@ -412,7 +418,8 @@ class Driver:
         goal = {"deadline_s": cfg.deadline_s} if cfg.deadline else {"budget_usd": cfg.budget_usd}
         provider = {
             "kinds": list(cfg.kind_list), "seed": cfg.seed, "spot_lifetimes": cfg.spot_lifetimes,
-            "spot_trace": cfg.spot_trace, "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
+            "spot_trace": cfg.spot_trace and str(pathlib.Path(cfg.spot_trace).resolve()),
+            "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
             "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
             "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
         }  # fmt: skip
@@ -434,7 +441,19 @@ class Driver:
             initial_ready=True,  # the --workers servers are ready when the clock starts
             join_delay_s=join_delay_at(m.joins),
             join_delays=tuple(m.joins),
+            checkpoint_every_s=self._checkpoint_every_s(),
+            restart_from_checkpoint=cfg.recovery == "restart",
         )
+
+    def _checkpoint_every_s(self) -> float:
+        """The durable checkpoints' cadence in emulated seconds: --checkpoint-seconds (wall)
+        times the time scale, or --checkpoint-every steps at the run's mean step, whichever is
+        sooner (the replay's default, 600 s, when neither says: no step trained yet)."""
+        ck, done = self.spec.config.checkpoint, getattr(self.ctl, "steps_done", 0)
+        every = [ck.seconds * self.scale] if ck.seconds else []
+        if ck.every and done and self.last_step_s is not None and self.last_step_s > 0:
+            every.append(ck.every * (self.last_step_s - self.offset_s) / done)
+        return min((e for e in every if e > 0), default=600.0)
 
     def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
         """What the scaler weighs now: the scenario's numbers as measured so far (the same
@@ -457,9 +476,8 @@ class Driver:
 
     def revocation_rate(self, kind: str) -> float:
         """Expected revocations per emulated second of a spot server of `kind` (cached)."""
-        if kind not in self._rates:
-            model = (self.provider.lifetimes or {}).get(kind) or load_gce_lifetimes()
-            self._rates[kind] = revocation_rate(model, kind)
+        if kind not in self._rates:  # the provider's own model: a Bamboo trace is any kind's
+            self._rates[kind] = revocation_rate(self.provider.model(kind), kind)
         return self._rates[kind]
 
     def check(self) -> None:

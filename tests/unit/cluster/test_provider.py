@@ -168,6 +168,7 @@ def test_load_spot_trace_csv_and_bamboo(tmp_path):
         ("k80,-1\n", ":1: expected"),
         ("0,add,n1\nk80,5\n", ":2: mixes"),
         ("# nothing\n", "no lifetimes"),
+        ("1000,add,n1\n500,remove,n1\n", ":2: node n1 removed before it was added"),
     ],
 )
 def test_malformed_trace_names_file_and_line(tmp_path, text, needle):
@@ -289,3 +290,9 @@ def test_provider_json_as_a_live_run_writes_it(tmp_path):
     assert set(written) == set(JSON_FIELDS)
     provider = provider_from_config(written)
     assert provider.kinds == ("k80",) and provider.seed == 3 and provider.notice_s is None
+
+
+def test_a_trace_with_a_byte_order_mark_loads(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufeffk80,100\nk80,inf\n".encode())
+    assert load_spot_trace(str(path))["k80"].lifetimes_s == (100.0, math.inf)
