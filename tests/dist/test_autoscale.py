@@ -315,4 +315,3 @@ def test_workers_that_keep_crashing_fail_the_run_instead_of_buying_servers(
         assert len(started) == 2
     closed = [r for r in leases(out) if r["action"] == "close"]
     assert len(closed) == len(started)  # every lease is closed and billed
-
