@@ -36,8 +36,6 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--autoscale", "--deadline", "1h", "--kinds", "v100,tpu9"], "tpu9"),
         ([*PROVIDER, "--notice", "soon"], "--notice"),
         ([*PROVIDER, "--notice", "inf"], "--notice"),  # a notice at every lease's start
-        # the scaler's choice: without it, it changed the emulated speed (a k80 at v100 pace)
-        ([*PROVIDER, "--kinds", "k80,v100"], "--kinds is what the scaler may buy"),
         ([*PROVIDER, "--outage", "k80:0-10"], "--outage: expected KIND:TIER"),  # no tier
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
         # an infinite cadence trained every step, then failed on the scenario it could not write

@@ -57,8 +57,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if config.batch.reference is None:  # the policy's throughput model: these workers' priors
         batch = dataclasses.replace(config.batch, reference=workers)
         config = dataclasses.replace(config, batch=batch)
-    if config.provider.kinds and not config.provider.autoscale:  # it changed the emulated speed
-        raise UserError("--kinds is what the scaler may buy: add --autoscale (and a goal)")
     if config.provider.name and not config.provider.kinds:  # the scaler buys these kinds
         kinds = ",".join(dict.fromkeys(load_devices().parse_workers(workers)))  # not "2xk80"
         provider = dataclasses.replace(config.provider, kinds=kinds)

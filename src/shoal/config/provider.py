@@ -115,7 +115,10 @@ class ProviderConfig:
     kinds: str | None = field(
         default=None,
         metadata=option(
-            "--kinds", "kinds the scaler may buy (default: those of --workers)", metavar="KINDS"
+            "--kinds",
+            "kinds the scaler may buy (default: those of --workers); the fastest of them is "
+            "the emulation's yardstick, so that runs of different mixes compare",
+            metavar="KINDS",
         ),
     )
     time_scale: float = field(

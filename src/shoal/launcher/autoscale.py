@@ -114,7 +114,7 @@ class Driver:
         self.gave_up = False  # no more servers: the workers kept failing without progress
         # --recovery restart: (steps done, wall time since t0, the checkpoint's step) when
         # every worker was stopped, until the restarted group's first step line
-        self.restart_from: tuple[int, float, int] | None = None
+        self.restart_from: tuple[int, float, int, int] | None = None  # (..., its generation)
         self.carried = self._carry() if spec.config.resume else Carried()
         self.offset_s = self.carried.end_s  # a resumed run's clock goes on from the last one
         self.revocations = self.carried.revocations
@@ -278,7 +278,8 @@ class Driver:
             # killed workers write no more; a redone step is not logged twice, so the step
             # lines cannot tell it)
             ckpt = latest_checkpoint_step(checkpoint_dir(self.spec.config)) or 0
-            self.restart_from = (self.ctl.steps_done, time.time() - self.ctl.t0, ckpt)
+            stopped = (self.ctl.steps_done, time.time() - self.ctl.t0, ckpt)
+            self.restart_from = (*stopped, self.ctl.generation)
         self.ctl.say(
             f"server {server} revoked: "
             + ("every worker restarts from the last durable checkpoint" if training else "replaced")
@@ -295,7 +296,7 @@ class Driver:
         """The first step line after a restart: the recover line, with the steps of work lost
         (those done since the checkpoint it resumed from, and the one in flight, as a recovery
         from peers counts its own) and the time from the stop to this line."""
-        steps_then, stopped_at, ckpt = self.restart_from
+        steps_then, stopped_at, ckpt, _ = self.restart_from
         self.restart_from = None
         lost = max(0, steps_then + 1 - ckpt)
         first = rec.workers[0] if rec.workers else None
@@ -529,7 +530,9 @@ class Driver:
             return
         if not isinstance(rec, StepLine):
             return
-        if self.restart_from and (rec.wall_time_s or 0.0) >= self.restart_from[1]:
+        # the restarted group's first line: a later generation (the stopped group's last steps,
+        # written after the stop, are not it: they made a recovery of 0.0007 s)
+        if self.restart_from and (rec.generation or 0) > self.restart_from[3]:
             self._restarted(rec)
         if rec.wall_time_s is not None and self.started is not None:
             since = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
