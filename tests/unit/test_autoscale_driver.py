@@ -255,7 +255,7 @@ def test_the_scenario_carries_the_runs_recovery_and_checkpoint_cadence():
     assert make_driver(recovery="restart").scenario().restart_from_checkpoint
 
 
-def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying():
+def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying(tmp_path):
     """Replacements revoked while they boot, again and again: a worker still starting reset the
     give-up bound, and a run bought 2,800 servers in 5 minutes. The bound counts from the last
     member's end; past it the driver buys nothing more."""
@@ -264,9 +264,11 @@ def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying():
     d = make_driver()
     said = []
     starting = types.SimpleNamespace(state="starting")
+    metrics = tmp_path / "metrics.jsonl"
     d.ctl = types.SimpleNamespace(
-        steps_done=3, workers={"w5": starting}, members=[], pending=[], say=said.append
-    )
+        steps_done=3, workers={"w5": starting}, members=[], pending=[], say=said.append,
+        t0=0.0, metrics=metrics,
+    )  # fmt: skip
     d.started, d.leases = 0.0, {}  # the first group trained; every server is gone
     d._fill = d._shrink = lambda *_: None  # (what it would request is not the point here)
     clock = iter([100.0, 100.0 + d.gave_up_after_s / 2, 101.0 + d.gave_up_after_s])
@@ -276,3 +278,6 @@ def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying():
     assert not d.gave_up and d.want  # within the bound: still buying
     d.tick()
     assert d.gave_up and d.want == {} and "buying no more" in said[-1]
+    # a fixed mix writes its spend every --scale-every too (a resume after a hard kill bills
+    # the open leases up to the last line: with none, from their open, at $0)
+    assert '"kind": "cost"' in metrics.read_text()

@@ -227,6 +227,11 @@ class Driver:
         measured = self.measured.ready or not self.ctl.members
         if self.scaler and measured and (self.redecide or now >= self.next_decision_s):
             self._decide(now)
+        elif not self.scaler and now >= self.next_decision_s:
+            # a fixed mix's spend, every --scale-every too: a resume after a hard kill bills
+            # the open leases up to the last time seen, which was their open (billed at $0)
+            self.next_decision_s = now + self.cfg.scale_every_s
+            self.cost_line(now, None)
         self._fill(now)
         self._shrink()
 
