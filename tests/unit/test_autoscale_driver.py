@@ -65,7 +65,14 @@ def test_bad_provider_flags(capsys, tmp_path, extra, needle):
 
 
 def test_tier_without_provider(capsys, tmp_path):
-    assert "k80:spot" in run_error(capsys, tmp_path, "k80:spot")
+    err = run_error(capsys, tmp_path, "k80:spot")
+    assert "k80:spot" in err and "needs --provider local" in err
+
+
+def test_more_initial_servers_than_max_servers(capsys, tmp_path):
+    """ "At most N servers at once": 3 were held with --max-servers 2."""
+    err = run_error(capsys, tmp_path, "3xk80", *PROVIDER, "--max-servers", "2")
+    assert "--workers buys 3 servers, more than --max-servers 2" in err
 
 
 def test_malformed_spot_trace_names_file_and_line(capsys, tmp_path):

@@ -17,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Read the run directory written by `shoal run` (metrics.jsonl, result.json) and "
             "write DIR/report.html with its PNG plots in DIR/report/: loss, samples/s, "
-            "micro-batch share per worker, the membership timeline with recoveries, and (adaptive "
-            "batch) global batch, noise scale, similarity and LR factor beside the loss."
+            "micro-batch share per worker, the membership timeline with recoveries, (adaptive "
+            "batch) global batch, noise scale, similarity and LR factor beside the loss, "
+            "(--provider) the spend by kind, and (--compress) the link's keep ratio."
         ),
     )
     parser.add_argument("directory", metavar="DIR", help="run directory written by `shoal run`")

@@ -82,6 +82,11 @@ def check_process_count(spec: RunSpec) -> None:
             f"{limit} on {len(os.sched_getaffinity(0))} CPU cores (use torchrun across machines)"
         )
     provider = spec.config.provider
+    if provider.name and len(spec.kinds) > provider.max_servers:  # "at most N at once"
+        raise UserError(
+            f"--workers buys {len(spec.kinds)} servers, more than --max-servers "
+            f"{provider.max_servers}"
+        )
     if provider.name and provider.autoscale:
         check_local_processes("--max-servers", provider.max_servers)
 

@@ -107,7 +107,9 @@ class DeviceTable:
         for item in (s.strip() for s in spec.split(",")):
             match = re.fullmatch(r"(?:(\d+)\s*[x*]\s*)?([A-Za-z0-9_-]+)", item)
             if not match:
-                raise UserError(f"bad worker spec item {item!r} (expected KIND or NxKIND)")
+                tier = ":spot" in item or ":on_demand" in item or ":on-demand" in item
+                hint = "; a :TIER needs --provider local" if tier else ""
+                raise UserError(f"bad worker spec item {item!r} (expected KIND or NxKIND{hint})")
             count = int(match.group(1) or 1)
             if count < 1:
                 raise UserError(f"bad worker count in {item!r}")
