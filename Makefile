@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m compileall -q src tests bench examples > /dev/null
 	$(BIN)/python -m pytest -m "not slow"
 
-# Everything, the `slow` tests included (about 15 minutes on 2 cores).
+# Everything, the `slow` tests included (about 17 minutes on 2 cores).
 test-all: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples

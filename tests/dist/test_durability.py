@@ -75,6 +75,7 @@ def test_sigterm_of_the_launcher_checkpoints_and_resume_is_exact(tmp_path):
     assert result["state_sha256"] == uninterrupted(DIGITS, steps, {})
 
 
+@pytest.mark.slow  # (the SIGTERM test above takes the same path, by another signal)
 def test_ctrl_c_stops_every_worker_at_one_step_boundary(tmp_path):
     interrupt(tmp_path / "run", 300, ctrl_c=True)
 
@@ -96,7 +97,9 @@ def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
     assert result["state_sha256"] == uninterrupted(DIGITS, 40, {})
 
 
-@pytest.mark.parametrize("poison, where", [(37, "grad"), (45, "grad"), (45, "loss")])
+@pytest.mark.parametrize(
+    "poison, where", [(37, "grad"), (45, "grad"), pytest.param(45, "loss", marks=pytest.mark.slow)]
+)
 def test_nonfinite_skip_is_the_same_on_every_layout(tmp_path, poison, where):
     """Sample 37 is in micro-batch 1 of steps 2 and 6 (w0's: 2 micro-batches each), sample 45
     in micro-batch 3 (w1's): a NaN on a rank other than 0 is one gloo's MAX would drop."""

@@ -109,6 +109,7 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
     assert "already holds checkpoints" in err
 
 
+@pytest.mark.slow
 def test_restart_after_every_holder_died_is_a_recovery_over_the_runs_clock(tmp_path):
     """A lone worker is killed while the one added before it still starts: the newcomer
     restarts from scratch. That was logged as nothing (no recover line, the steps redone
