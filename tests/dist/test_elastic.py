@@ -32,6 +32,7 @@ def membership(out):
     return [r for r in metrics(out) if r["kind"] == "membership"]
 
 
+@pytest.mark.slow  # ~60 s; the short soak (tests/dist/test_soak.py) mixes kills and joins too
 def test_ten_random_kills_and_joins(reference, tmp_path):
     rng = random.Random(2026)
     kill_steps = sorted(rng.sample(range(4, 80), 10))
