@@ -288,3 +288,26 @@ def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying(tmp_pat
     # a fixed mix writes its spend every --scale-every too (a resume after a hard kill bills
     # the open leases up to the last line: with none, from their open, at $0)
     assert '"kind": "cost"' in metrics.read_text()
+
+
+def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
+    """--recovery restart: the stopped group may log a step after the stop (it is killed a poll
+    later); that line made a recovery of 0.0007 s from a killed worker. The recover line waits
+    for a step of a later generation, and times the stop to it."""
+    import json
+    import types
+
+    from shoal.metrics import StepLine, WorkerShare
+
+    d = make_driver(recovery="restart")
+    metrics = tmp_path / "metrics.jsonl"
+    d.ctl = types.SimpleNamespace(t0=0.0, metrics=metrics, steps_done=10)
+    d.restart_from = (10, 5.0, 8, 2)  # (steps done, stopped at, checkpoint step, generation)
+    old = (WorkerShare("w0", 0, "k80", 4, 0.03),)
+    d.observe(StepLine(step=9, generation=2, wall_time_s=5.1, workers=old))
+    assert not metrics.exists() and d.restart_from is not None
+    new = (WorkerShare("w5", 0, "k80", 4, 0.03),)
+    d.observe(StepLine(step=8, generation=3, wall_time_s=9.0, workers=new))
+    (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
+    assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
+    assert line["recovery_time_s"] == pytest.approx(4.0) and d.restart_from is None
