@@ -101,6 +101,10 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+# TrialSpec's fields whose bounds it checks itself, by the flag that sets each
+_TRIAL_FLAGS = {"steps": "--steps", "warmup_steps": "--warmup-steps", "world_size": "--world-size"}
+
+
 def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
     """What every trial shares, refused by its flag: a wrong value would fail each trial, and
     the search would end in "nothing fits" instead of naming the input."""
@@ -110,13 +114,6 @@ def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> N
         get_model_entry(args.model).make_config(**overrides)
     except ValueError as exc:
         raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
-    for flag, value, least in (
-        ("--steps", args.steps, 1),
-        ("--warmup-steps", args.warmup_steps, 0),
-        ("--world-size", args.world_size, 1),
-    ):
-        if value < least:
-            raise UserError(f"{flag} must be >= {least}, got {value}")
     if not 0 <= args.seed < 2**32:  # the range of the sampler's (numpy's) seed
         raise UserError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
 
@@ -148,8 +145,10 @@ def _tune(args: argparse.Namespace) -> int:
             threads=args.threads,
             seed=args.seed,
         )
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
+    except ValueError as exc:  # TrialSpec names its field: the user gave a flag
+        field, _, rest = str(exc).partition(" ")
+        flag = _TRIAL_FLAGS.get(field)
+        raise UserError(f"{flag} {rest}" if flag else str(exc)) from None
     if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
     check_local_processes("--world-size", args.world_size)  # each trial forks them at once
