@@ -17,7 +17,7 @@ demo: $(STAMP)
 	$(BIN)/shoal demo
 
 # The suite (unit and multi-process tests; not the `slow` end-to-end ones: the bench scripts'
-# smoke runs and the long fault scenarios, which `make test-all` adds, about 7 min more) and
+# smoke runs and the long fault scenarios, which `make test-all` adds, about 9 minutes more) and
 # the formatter's verdict, in under 10 minutes on 2 cores.
 # Bytecode is compiled once up front: with PYTHONDONTWRITEBYTECODE set (as on these machines)
 # each of the suite's hundreds of worker processes would compile shoal's modules again.

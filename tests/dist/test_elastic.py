@@ -150,6 +150,7 @@ def kill_tree(pid):
         pass
 
 
+@pytest.mark.slow  # ~23 s; torchrun's rendezvous stays in make test (test_exact_layouts)
 def test_torchrun_agent_lost_mid_run(reference, tmp_path):
     """Two torchrun agents (`--nnodes=1:2`); one host is lost (agent and worker SIGKILLed).
     The survivor's worker spools its state, torchrun restarts it alone, and it finishes."""

@@ -111,6 +111,7 @@ def test_error_in_user_code_inside_a_worker_is_one_line(tmp_path):
     assert cause  # the worker reported it to the controller, not only in its log
 
 
+@pytest.mark.slow  # ~12 s; a checkpoint on a graceful stop stays in make test (test_durability)
 def test_a_group_left_too_small_for_its_caps_keeps_its_state(tmp_path):
     """Two k80s capped at 2 micro-batches each; one is killed: the survivor cannot take the
     step's 4. It stops the run (one line, exit 2) but first checkpoints the state it holds, so
