@@ -273,7 +273,9 @@ def _numbers(f: _Fields, key: str) -> dict[str, float]:
 @dataclass(frozen=True)
 class CostLine:
     """The spend so far (USD, emulated time `t_s`) at a scaler decision and at the end: by
-    device kind, the mix held ("kind:tier" -> servers), and the decision's projection."""
+    device kind, the mix held ("kind:tier" -> servers), and the decision's projection;
+    `over_budget` when the decision found no mix finishing within the --budget (the projection
+    is then the cheapest mix's, and the run goes on at it)."""
 
     t_s: float
     usd: float
@@ -282,6 +284,7 @@ class CostLine:
     projected_finish_s: float | None = None
     projected_usd: float | None = None
     wall_time_s: float | None = None
+    over_budget: bool | None = None  # true: no mix finishes within the budget (else left out)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "cost", **_drop_none(self)}
@@ -297,6 +300,7 @@ class CostLine:
             projected_finish_s=f.float_("projected_finish_s"),
             projected_usd=f.float_("projected_usd"),
             wall_time_s=f.float_("wall_time_s"),
+            over_budget=f.bool_("over_budget"),
         )
 
 

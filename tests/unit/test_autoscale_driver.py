@@ -2,6 +2,7 @@
 the driver's small pure parts (tiers in --workers, the flags' parsing)."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -311,3 +312,66 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
     assert line["recovery_time_s"] == pytest.approx(4.0) and d.restart_from is None
+
+
+def budget_run(tmp_path, budget, times):
+    """An autoscaled driver under `budget`, two k80 members, ticked at these emulated times:
+    (its console lines, its cost lines)."""
+    import json
+    import types
+
+    from shoal.metrics import StepLine, WorkerShare
+
+    d = make_driver(autoscale=True, budget=budget, scale_every_s=60.0)
+    workers, said = {}, []
+
+    def spawn(kind):
+        w = types.SimpleNamespace(
+            id=f"w{len(workers)}", state="starting", proc=types.SimpleNamespace(poll=lambda: None)
+        )
+        workers[w.id] = w
+        return w
+
+    metrics = tmp_path / "metrics.jsonl"
+    d.ctl = types.SimpleNamespace(
+        t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
+        metrics=metrics, say=said.append, spawn=spawn,
+    )  # fmt: skip
+    for _ in range(2):
+        spawn("k80").state = "member"
+    d.open_initial()
+    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
+    for _ in range(3):
+        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    d.started = 0.0
+    for t in times:
+        d.now = lambda t=t: t
+        d.tick()
+    assert not d.gave_up and d.want  # it goes on buying
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    return said, [x for x in lines if x["kind"] == "cost"]
+
+
+def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
+    """Under --budget, when no mix finishes within it the scaler keeps the cheapest mix that
+    finishes and the run goes on: it overran its budget with no word (a live run of $0.05
+    spent $0.1078, each decision's line projecting $0.109). Now the first such decision says
+    so on the console, once, and every decision's cost line over the budget is marked."""
+    said, costs = budget_run(tmp_path, "0.0001usd", [100.0, 130.0, 200.0, 300.0, 400.0])
+    warned = [s for s in said if s.startswith("warning:")]
+    assert len(warned) == 1, said
+    assert re.fullmatch(
+        r"warning: the budget of \$0\.0001 can no longer finish the run \(spent \$\d+\.\d{4}, "
+        r"\$\d+\.\d{4} more needed at the cheapest mix, 1xk80:spot\); continuing at that mix",
+        warned[0],
+    ), warned[0]
+    decisions = [x for x in costs if "projected_usd" in x]
+    assert len(decisions) >= 4 and all(x["over_budget"] is True for x in decisions)
+    assert all(x["projected_usd"] > 0.0001 for x in decisions)
+    assert decisions[0]["mix"] == {"k80:on_demand": 1, "k80:spot": 1}  # what was held then
+
+
+def test_a_budget_that_finishes_the_run_says_nothing(tmp_path):
+    said, costs = budget_run(tmp_path, "1000usd", [100.0, 200.0, 300.0])
+    assert not [s for s in said if "warning" in s] and costs
+    assert not [x for x in costs if "over_budget" in x]

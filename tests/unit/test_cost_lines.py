@@ -18,6 +18,9 @@ def test_lease_and_cost_lines_round_trip():
     assert parse_line(json.dumps(lease.to_json()), "m") == lease
     cost = CostLine(10.0, 0.5, {"k80": 0.5}, {"k80:spot": 2}, 900.0, 1.25)
     assert parse_line(json.dumps(cost.to_json()), "m") == cost
+    over = CostLine(10.0, 0.5, {"k80": 0.5}, {"k80:spot": 1}, 900.0, 1.25, over_budget=True)
+    assert parse_line(json.dumps(over.to_json()), "m") == over
+    assert "over_budget" not in cost.to_json()  # left out unless true
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,10 @@ class Goal:
             # a replay runs to 10 x the deadline: 1e12 s looped ~17 min to its event guard
             raise UserError(f"a deadline of at most 365 days, got {self.deadline_s:g} s")
 
+    def over_budget(self, cost_usd: float) -> bool:
+        """Whether a predicted total cost is beyond the budget (never under a deadline)."""
+        return self.budget_usd is not None and cost_usd > self.budget_usd * (1 + _SLACK)
+
 
 @dataclass(frozen=True)
 class Mix:

@@ -34,6 +34,7 @@ run. Before any worker starts, the launcher times a few micro-batches of the job
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import time
 from dataclasses import replace
@@ -100,6 +101,7 @@ class Driver:
         )
         self.redecide, self.next_decision_s = True, 0.0
         self.mix: Mix | None = None
+        self.over_budget_said = False  # the budget can no longer finish the run: said once
         self.measured = Measurements(
             self.scale, speeds.slowdown, job.micro_batch_size, job.global_batch_size, host_s,
             self.cfg.startup_s,
@@ -501,8 +503,27 @@ class Driver:
         self.mix = mix
         if mix.counts:
             self.want = {k: n for k, n in mix.counts.items() if n}
-        if changed or periodic:
+        say_over = self.scaler.goal.over_budget(mix.cost_usd) and not self.over_budget_said
+        if changed or periodic or say_over:
             self.cost_line(now, mix)
+        if say_over:
+            self.over_budget_said = True
+            self._say_over_budget(now, mix)
+
+    def _say_over_budget(self, now: float, mix: Mix) -> None:
+        """No mix finishes within the budget any more (revocations bought dearer replacements,
+        or the estimates were low): the scaler holds the cheapest mix that finishes, and the
+        run goes on at it rather than stop and lose its work. Said once per run."""
+        spent, label = self.spent(now), lease_label(mix.counts)
+        if math.isfinite(mix.cost_usd):
+            why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the cheapest "
+            why, then = why + f"mix, {label}", "that mix"
+        else:
+            why, then = f"spent ${spent:.4f}; no mix is predicted to finish", label
+        self.ctl.say(
+            f"warning: the budget of ${self.scaler.goal.budget_usd:.4f} can no longer finish "
+            f"the run ({why}); continuing at {then}"
+        )
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
         spent = self.spent(now)
@@ -512,9 +533,10 @@ class Driver:
             by_kind[lease.kind] = by_kind.get(lease.kind, 0.0) + usd
         held = {f"{k}:{t}": n for (k, t), n in sorted(self.held().items())}
         finish = mix.finish_s if mix else None
+        over = mix is not None and self.scaler.goal.over_budget(mix.cost_usd)
         line = CostLine(
             now, spent, by_kind, held, finish, mix.cost_usd if mix else None,
-            time.time() - self.ctl.t0,
+            time.time() - self.ctl.t0, over or None,
         )  # fmt: skip
         append_line(self.ctl.metrics, line)
         if mix is not None:
