@@ -162,8 +162,8 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     d.ctl, d.started = types.SimpleNamespace(t0=100.0), 100.0  # the clock started at wall 100
     assert d.measured.startup_s() == d.cfg.startup_s == 60.0
     lease = d.provider.request("k80", "spot", 50.0)  # requested at emulated 50 s
-    d._bind(lease.server, "w5")
-    d.leases[lease.server] = lease
+    d.book.bind(lease.server, "w5")
+    d.book.leases[lease.server] = lease
     # admitted at wall 80 s after t0: emulated (100 + 80 - 100) x 10 = 800 s, 750 s after it
     d.observe(MembershipEvent("join", "w5", wall_time_s=80.0))
     assert d.measured.startup_s() == pytest.approx(750.0)
@@ -208,8 +208,9 @@ def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
     shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
     for _ in range(3):
         d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
-    spot = next(s for s, lease in d.leases.items() if lease.tier == "spot")
-    d.leases[spot] = dataclasses.replace(d.leases[spot], revoke_at_s=1000.0, notice_s=30.0)
+    leases = d.book.leases
+    spot = next(s for s, lease in leases.items() if lease.tier == "spot")
+    leases[spot] = dataclasses.replace(leases[spot], revoke_at_s=1000.0, notice_s=30.0)
     seen = []
 
     def decide(inp):  # the scaler keeps what is held, as under its near-tie hysteresis
@@ -222,12 +223,12 @@ def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
     d.started, d.now = 0.0, lambda: 975.0  # inside the notice
     d.tick()
     assert seen == [{("k80", "on_demand"): 1}]  # decided at the notice, without the noticed one
-    assert len(d.leases) == 2 and len(workers) == 2  # nothing bought
-    assert [(e.action, e.worker) for e in ctl.pending] == [("notice", d.worker_of[spot])]
+    assert len(d.book.leases) == 2 and len(workers) == 2  # nothing bought
+    assert [(e.action, e.worker) for e in ctl.pending] == [("notice", d.book.worker_of[spot])]
     # a target that does want a second server requests it now, although two leases are open
     d.want = {("k80", "on_demand"): 1, ("k80", "spot"): 1}
     d._fill(975.0)
-    assert len(d.leases) == 3 and len(workers) == 3
+    assert len(d.book.leases) == 3 and len(workers) == 3
 
 
 def test_the_kinds_the_scaler_buys_default_to_the_workers_kinds_without_counts():
@@ -277,7 +278,7 @@ def test_workers_that_never_get_past_starting_do_not_keep_the_run_buying(tmp_pat
         steps_done=3, workers={"w5": starting}, members=[], pending=[], say=said.append,
         t0=0.0, metrics=metrics,
     )  # fmt: skip
-    d.started, d.leases = 0.0, {}  # the first group trained; every server is gone
+    d.started, d.book.leases = 0.0, {}  # the first group trained; every server is gone
     d._fill = d._shrink = lambda *_: None  # (what it would request is not the point here)
     clock = iter([100.0, 100.0 + d.gave_up_after_s / 2, 101.0 + d.gave_up_after_s])
     d.now = lambda: next(clock)

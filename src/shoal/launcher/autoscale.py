@@ -1,8 +1,10 @@
 """The live autoscaler of `shoal run --provider local`: leases, revocations, the scaler's mix, cost.
 
-The controller (`supervisor.py`) calls one `Driver` once per poll. The driver holds the leases
-of the servers bought from the provider (`shoal.cluster.provider`), one worker per ready lease,
-and turns what the provider and the scaler decide into the controller's own events:
+The controller (`supervisor.py`) calls one `Driver` once per poll. The driver keeps the leases
+of the servers bought from the provider (`shoal.cluster.provider`) in its lease book
+(`leases.py`: the worker on each server, per-second billing, the lease and cost lines), one
+worker per ready lease, and turns what the provider and the scaler decide into the
+controller's own events:
 - a spot lease's revocation becomes a notice `notice_s / time_scale` wall seconds before it
   (the worker leaves at the next step boundary, handing nothing over), or a kill at `revoke_at`
   when the provider gives no notice; a revoked server is billed until its revocation;
@@ -33,14 +35,12 @@ run. Before any worker starts, the launcher times a few micro-batches of the job
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 import time
 from dataclasses import replace
 
-from shoal.cluster.ledger import Carried, CostLedger, carry_over
-from shoal.cluster.provider import Lease, provider_from_config
+from shoal.cluster.provider import provider_from_config
 from shoal.config import ProviderConfig
 from shoal.control.scaler import (
     Goal,
@@ -50,19 +50,11 @@ from shoal.control.scaler import (
     check_goal,
     revocation_rate,
 )
-from shoal.errors import UserError
 from shoal.launcher.events import Event
+from shoal.launcher.leases import LeaseBook, lease_label
 from shoal.launcher.measured import Measurements
 from shoal.launcher.rundir import checkpoint_dir
-from shoal.metrics import (
-    METRICS_FILE,
-    RESULT_FILE,
-    CostLine,
-    LeaseLine,
-    MembershipEvent,
-    StepLine,
-    read_metrics,
-)
+from shoal.metrics import MembershipEvent, StepLine
 from shoal.runtime.checkpoint import latest_checkpoint_step
 from shoal.runtime.outputs import append_line, write_json_atomic
 from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns
@@ -76,24 +68,17 @@ def goal_of(cfg: ProviderConfig) -> Goal:
     return Goal(deadline_s=cfg.deadline_s, budget_usd=cfg.budget_usd)
 
 
-def lease_label(counts: dict[tuple[str, str], int]) -> str:
-    return ", ".join(f"{n}x{k}:{t}" for (k, t), n in sorted(counts.items()) if n) or "nothing"
-
-
 class Driver:
     """The provider's leases and the scaler's decisions inside the controller's loop."""
 
     def __init__(self, spec, speeds, host_s: float | None, job, ctl=None) -> None:
-        self.spec, self.speeds, self.ctl = spec, speeds, ctl  # ctl: None for the launch check
+        self.spec, self.speeds = spec, speeds
         self.cfg = spec.config.provider
         self.scale = self.cfg.time_scale
         self.provider = provider_from_config(self.cfg)
-        self.ledger = CostLedger()
-        self.leases: dict[str, Lease] = {}  # open leases by server
-        self.worker_of: dict[str, str] = {}  # server -> worker id
-        self.server_of: dict[str, str] = {}
-        self.noticed: set[str] = set()
-        self.leaving: set[str] = set()  # servers whose worker was asked to leave
+        self.book = LeaseBook(self.provider, spec.config.out, spec.config.resume)
+        self.ctl = ctl  # None for the launch check
+        self.offset_s = self.book.offset_s  # a resumed run's clock goes on from the last one
         self.stragglers: dict[str, float] = {}  # worker -> wall time its server was released
         self.want = dict(self._initial_counts())  # (kind, tier) -> servers held
         self.scaler = (
@@ -117,21 +102,15 @@ class Driver:
         # --recovery restart: (steps done, wall time since t0, the checkpoint's step) when
         # every worker was stopped, until the restarted group's first step line
         self.restart_from: tuple[int, float, int, int] | None = None  # (..., its generation)
-        self.carried = self._carry() if spec.config.resume else Carried()
-        self.offset_s = self.carried.end_s  # a resumed run's clock goes on from the last one
-        self.revocations = self.carried.revocations
-        self.by_kind: dict[str, float] = dict(self.carried.usd_by_kind)
-        self.by_tier: dict[str, float] = dict(self.carried.usd_by_tier)
-        for kind, usd in self.carried.usd_by_kind.items():
-            self.ledger.charge(kind, usd)
-        self.provider.continue_numbering(self.carried.servers)
 
-    def _carry(self) -> Carried:
-        """--resume: the earlier attempts' lease and cost records, so the ledger goes on."""
-        path = pathlib.Path(self.spec.config.out) / METRICS_FILE
-        records = list(read_metrics(path)) if path.is_file() else []
-        leases = [r.to_json() for r in records if isinstance(r, LeaseLine)]
-        return carry_over(leases, [r.t_s for r in records if isinstance(r, CostLine)])
+    @property
+    def ctl(self):
+        """The controller (None for the launch check); the lease book writes to its metrics."""
+        return self.book.ctl
+
+    @ctl.setter
+    def ctl(self, ctl) -> None:
+        self.book.ctl = ctl
 
     def now(self) -> float:
         """Emulated seconds since the first group formed (0 before): a local worker's process
@@ -141,69 +120,17 @@ class Driver:
         since = 0.0 if self.started is None else (time.time() - self.started) * self.scale
         return self.offset_s + since
 
+    def _tiers(self) -> list[str]:
+        return self.spec.tiers or ["on_demand"] * len(self.spec.kinds)
+
     def _initial_counts(self):
-        spec = self.spec
-        tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
-        for key in sorted(set(zip(spec.kinds, tiers, strict=True))):
-            yield key, sum(k == key for k in zip(spec.kinds, tiers, strict=True))
+        kinds, tiers = self.spec.kinds, self._tiers()
+        for key in sorted(set(zip(kinds, tiers, strict=True))):
+            yield key, sum(k == key for k in zip(kinds, tiers, strict=True))
 
-    # -- leases ---------------------------------------------------------------------------
     def open_initial(self) -> None:
-        """The --workers servers, requested at launch for the workers w0, w1, ... the
-        controller starts next (their processes' start-up stands in for the boot)."""
-        spec = self.spec
-        for start, usd in self.carried.unclosed:  # a hard-killed attempt's: billed to its end
-            line = LeaseLine(
-                "close", start["server"], start["device"], start["tier"], start["usd_per_hour"],
-                self.carried.end_s, start.get("worker"), "end", usd, time.time() - self.ctl.t0,
-            )  # fmt: skip
-            append_line(self.ctl.metrics, line)
-        tiers = spec.tiers or ["on_demand"] * len(spec.kinds)
-        for i, (kind, tier) in enumerate(zip(spec.kinds, tiers, strict=True)):
-            lease = self.provider.request(kind, tier, self.offset_s)
-            if lease is None:
-                raise UserError(f"--workers: the provider has no {kind}:{tier} capacity at launch")
-            self._bind(lease.server, f"w{i}")
-            self._open(lease)
-
-    def _open(self, lease: Lease) -> None:
-        self.leases[lease.server] = lease
-        self.ledger.open(lease.server, lease.kind, lease.usd_per_hour, lease.requested_s)
-        self._lease_line("open", lease, lease.requested_s)
-
-    def _bind(self, server: str, wid: str) -> None:
-        self.worker_of[server], self.server_of[wid] = wid, server
-
-    def _close(self, server: str, t_s: float, cause: str) -> None:
-        lease = self.leases.pop(server)
-        usd = self.ledger.close(server, max(t_s, lease.requested_s))
-        self.by_kind[lease.kind] = self.by_kind.get(lease.kind, 0.0) + usd
-        self.by_tier[lease.tier] = self.by_tier.get(lease.tier, 0.0) + usd
-        self.provider.release(server, t_s)
-        self.leaving.discard(server)
-        self._lease_line("close", lease, max(t_s, lease.requested_s), cause, usd)
-
-    def _lease_line(self, action, lease: Lease, t_s, cause=None, usd=None) -> None:
-        line = LeaseLine(
-            action, lease.server, lease.kind, lease.tier, lease.usd_per_hour, t_s,
-            self.worker_of.get(lease.server), cause, usd, time.time() - self.ctl.t0,
-        )  # fmt: skip
-        append_line(self.ctl.metrics, line)
-
-    def held(self) -> dict[tuple[str, str], int]:
-        """Servers held and staying (booting or running; not revoked, noticed or leaving)."""
-        out: dict[tuple[str, str], int] = {}
-        for server, lease in self.leases.items():
-            if server not in self.noticed and server not in self.leaving:
-                out[(lease.kind, lease.tier)] = out.get((lease.kind, lease.tier), 0) + 1
-        return out
-
-    def spent(self, now_s: float) -> float:
-        open_usd = sum(
-            lease.usd_per_hour * max(0.0, now_s - lease.requested_s) / 3600.0
-            for lease in self.leases.values()
-        )
-        return sum(self.by_kind.values()) + open_usd
+        """The --workers servers, requested at launch for the workers the controller starts."""
+        self.book.open_initial(self.spec.kinds, self._tiers())
 
     # -- the poll -------------------------------------------------------------------------
     def tick(self) -> None:
@@ -239,27 +166,28 @@ class Driver:
 
     def _state(self, server: str) -> str:
         """Its worker's state: starting (booting), member, leaving; gone (or none)."""
-        w = self.ctl.workers.get(self.worker_of.get(server, ""))
+        w = self.ctl.workers.get(self.book.worker_of.get(server, ""))
         return "gone" if w is None or w.proc.poll() is not None else w.state
 
     def _revocations(self, now: float) -> None:
-        for server, lease in list(self.leases.items()):
-            if server not in self.leases:
+        book = self.book
+        for server, lease in list(book.leases.items()):
+            if server not in book.leases:
                 continue  # released by a restart earlier in this loop
-            wid, state = self.worker_of.get(server), self._state(server)
+            wid, state = book.worker_of.get(server), self._state(server)
             if self.restarts and now >= lease.revoke_at_s:
                 self._restart(server, now)
                 continue
             warn_at = lease.revoke_at_s - (lease.notice_s or 0.0)
             # restart ignores the notice: the job is stopped at the revocation, as a managed
             # spot job is when its cluster is preempted
-            noticed = server in self.noticed or self.restarts
+            noticed = server in book.noticed or self.restarts
             if lease.notice_s is not None and now >= warn_at and not noticed:
                 # the scaler weighs the mix without it now, as the simulator does at a notice:
                 # filling the last target instead re-bought a server the scaler would let go
-                self.noticed.add(server)
+                book.noticed.add(server)
                 self.redecide = True
-                if state in ("member", "leaving") and server not in self.leaving:
+                if state in ("member", "leaving") and server not in book.leaving:
                     deadline = lease.notice_s / self.scale
                     self.ctl.pending.append(
                         Event("notice", at_s=0.0, worker=wid, deadline_s=deadline)
@@ -269,8 +197,8 @@ class Driver:
                 if state == "starting" or (state != "gone" and lease.notice_s is None):
                     self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
                 self.ctl.say(f"server {server} ({wid}) revoked")
-                self.revocations += 1
-                self._close(server, lease.revoke_at_s, "revoked")
+                book.revocations += 1
+                book.close(server, lease.revoke_at_s, "revoked")
                 self.redecide = self.redecide or lease.notice_s is None
 
     def _restart(self, server: str, now: float) -> None:
@@ -278,8 +206,9 @@ class Driver:
         gives back every server; the held mix is requested again (each replacement pays the
         start-up) and the new group loads the newest durable checkpoint. A revocation while
         the replacements boot only replaces that server: nothing trains to be stopped."""
-        training = any(self._state(s) in ("member", "leaving") for s in self.leases)
-        victims = [server] + ([s for s in self.leases if s != server] if training else [])
+        book = self.book
+        training = any(self._state(s) in ("member", "leaving") for s in book.leases)
+        victims = [server] + ([s for s in book.leases if s != server] if training else [])
         if training and self.restart_from is None:
             # the step the new group will load: the newest durable checkpoint now (the
             # killed workers write no more; a redone step is not logged twice, so the step
@@ -291,13 +220,13 @@ class Driver:
             f"server {server} revoked: "
             + ("every worker restarts from the last durable checkpoint" if training else "replaced")
         )
-        self.revocations += 1
+        book.revocations += 1
         for s in victims:
             if self._state(s) != "gone":
-                self.ctl.pending.append(Event("kill", at_s=0.0, worker=self.worker_of.get(s)))
-            lease = self.leases[s]
+                self.ctl.pending.append(Event("kill", at_s=0.0, worker=book.worker_of.get(s)))
+            lease = book.leases[s]
             t_s = lease.revoke_at_s if s == server else now
-            self._close(s, t_s, "revoked" if s == server else "released")
+            book.close(s, t_s, "revoked" if s == server else "released")
 
     def _restarted(self, rec: StepLine) -> None:
         """The first step line after a restart: the recover line, with the steps of work lost
@@ -318,7 +247,7 @@ class Driver:
     def admissible(self, wid: str) -> bool:
         """A worker joins once its server is ready: its process starts at the request, so its
         own start-up overlaps the emulated boot instead of adding to it."""
-        lease = self.leases.get(self.server_of.get(wid, ""))
+        lease = self.book.leases.get(self.book.server_of.get(wid, ""))
         return lease is None or self.now() >= lease.ready_s
 
     def _departures(self, now: float) -> None:
@@ -326,18 +255,19 @@ class Driver:
         fixed mix replaces revoked servers only: a worker that failed on its own (a crash, an
         injected kill) would likely fail again, and the run must be able to end."""
         self._dropped_leavers(now)
-        for server in list(self.leases):
-            wid = self.worker_of.get(server)
+        book = self.book
+        for server in list(book.leases):
+            wid = book.worker_of.get(server)
             if wid and self.ctl.workers[wid].state == "gone":
-                revoked = server in self.noticed
-                key = (self.leases[server].kind, self.leases[server].tier)
-                failed = not (revoked or server in self.leaving)
+                revoked = server in book.noticed
+                key = (book.leases[server].kind, book.leases[server].tier)
+                failed = not (revoked or server in book.leaving)
                 if failed and not self.scaler:
                     self.want[key] = max(0, self.want.get(key, 0) - 1)
                 if failed:
                     self._failed()
-                self.revocations += revoked
-                self._close(server, now, "revoked" if revoked else "released")
+                book.revocations += revoked
+                book.close(server, now, "revoked" if revoked else "released")
 
     def _failed(self) -> None:
         """Count a worker that failed on its own; give up buying after too many in a row."""
@@ -353,11 +283,11 @@ class Driver:
         server is released now. Its process normally exits at once; one that does not (several
         leaves announced at different steps can leave one waiting) is killed after
         STRAGGLE_S, so that it is neither billed nor left running to the end."""
-        members = set(self.ctl.members)
-        for server in [s for s in self.leaving if s in self.leases]:
-            wid = self.worker_of[server]
+        members, book = set(self.ctl.members), self.book
+        for server in [s for s in book.leaving if s in book.leases]:
+            wid = book.worker_of[server]
             if members and wid not in members and self.ctl.workers[wid].state == "leaving":
-                self._close(server, now, "released")
+                book.close(server, now, "released")
                 self.stragglers[wid] = time.time()
         for wid, since in list(self.stragglers.items()):
             w = self.ctl.workers[wid]
@@ -369,19 +299,20 @@ class Driver:
 
     def _fill(self, now: float) -> None:
         """Request what the target mix lacks; no capacity: decide again with what is offered."""
-        held = self.held()
+        book = self.book
+        held = book.held()
         for key, n in sorted(self.want.items()):
             for _ in range(n - held.get(key, 0)):
                 # a noticed server is gone within its notice: its replacement may boot now
-                if sum(s not in self.noticed for s in self.leases) >= self.cfg.max_servers:
+                if sum(s not in book.noticed for s in book.leases) >= self.cfg.max_servers:
                     return
                 lease = self.provider.request(key[0], key[1], now)
                 if lease is None:
                     self.redecide = True
                     break
                 w = self.ctl.spawn(lease.kind)
-                self._bind(lease.server, w.id)
-                self._open(lease)
+                book.bind(lease.server, w.id)
+                book.open(lease)
                 self.ctl.say(
                     f"requested {lease.server}: starting {w.id} ({lease.kind} {lease.tier})"
                 )
@@ -389,34 +320,35 @@ class Driver:
     def _shrink(self) -> None:
         """Leave the servers the target mix no longer wants: booting ones at once (released),
         then, once every requested server has joined, the newest workers (graceful leaves)."""
-        staying = [s for s in self.leases if s not in self.noticed and s not in self.leaving]
+        book, leases = self.book, self.book.leases
+        staying = [s for s in leases if s not in book.noticed and s not in book.leaving]
         booting = [s for s in staying if self._state(s) == "starting"]
-        for key, n in sorted(self.held().items()):
+        for key, n in sorted(book.held().items()):
             extra = n - self.want.get(key, 0)
             mine = [
-                s for s in staying
-                if s in self.leases and (self.leases[s].kind, self.leases[s].tier) == key
+                s for s in staying if s in leases and (leases[s].kind, leases[s].tier) == key
             ]  # fmt: skip
             for server in sorted(mine, key=self._loss_order)[: max(extra, 0)]:
-                wid = self.worker_of[server]
+                wid = book.worker_of[server]
                 if server in booting:
                     self.ctl.pending.append(Event("kill", at_s=0.0, worker=wid))
-                    self._close(server, self.now(), "released")
+                    book.close(server, self.now(), "released")
                 elif not booting and self._members_left() > 1:
-                    self.leaving.add(server)
+                    book.leaving.add(server)
                     self.ctl.pending.append(Event("leave", at_s=0.0, worker=wid))
                     booting = ["wait"]  # one leave per poll: the group regroups once each
 
     def _loss_order(self, server: str) -> tuple[int, int]:
         """Booting servers first, then the most recently started workers."""
         booting = self._state(server) == "starting"
-        return (0 if booting else 1, -int(self.worker_of[server][1:]))
+        return (0 if booting else 1, -int(self.book.worker_of[server][1:]))
 
     def _members_left(self) -> int:
+        book = self.book
         return sum(
             1
-            for s, w in self.worker_of.items()
-            if s in self.leases and s not in self.leaving and s not in self.noticed
+            for s, w in book.worker_of.items()
+            if s in book.leases and s not in book.leaving and s not in book.noticed
             and self.ctl.workers[w].state == "member"
         )  # fmt: skip
 
@@ -476,8 +408,8 @@ class Driver:
             batch=tuple(m.batch),
             step_time=m.step_time(kind_slowdowns(self.speeds.slowdown, self.provider.kinds)),
             offers=[replace(o, startup_s=startup_s) for o in self.provider.offers(now)],
-            held=self.held(),
-            spent_usd=self.spent(now),
+            held=self.book.held(),
+            spent_usd=self.book.spent(now),
             change_cost_s=m.change_cost_s(),
             revocations_per_s=self.revocation_rate,
         )
@@ -514,7 +446,7 @@ class Driver:
         """No mix finishes within the budget any more (revocations bought dearer replacements,
         or the estimates were low): the scaler holds the cheapest mix that finishes, and the
         run goes on at it rather than stop and lose its work. Said once per run."""
-        spent, label = self.spent(now), lease_label(mix.counts)
+        spent, label = self.book.spent(now), lease_label(mix.counts)
         if math.isfinite(mix.cost_usd):
             why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the cheapest "
             why, then = why + f"mix, {label}", "that mix"
@@ -526,19 +458,8 @@ class Driver:
         )
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
-        spent = self.spent(now)
-        by_kind = dict(self.by_kind)
-        for lease in self.leases.values():
-            usd = lease.usd_per_hour * max(0.0, now - lease.requested_s) / 3600.0
-            by_kind[lease.kind] = by_kind.get(lease.kind, 0.0) + usd
-        held = {f"{k}:{t}": n for (k, t), n in sorted(self.held().items())}
-        finish = mix.finish_s if mix else None
         over = mix is not None and self.scaler.goal.over_budget(mix.cost_usd)
-        line = CostLine(
-            now, spent, by_kind, held, finish, mix.cost_usd if mix else None,
-            time.time() - self.ctl.t0, over or None,
-        )  # fmt: skip
-        append_line(self.ctl.metrics, line)
+        spent = self.book.cost_line(now, mix, over)
         if mix is not None:
             self.ctl.say(
                 f"t={now:.0f}s: mix {lease_label(mix.counts)}; spent ${spent:.4f}; projected "
@@ -570,7 +491,7 @@ class Driver:
     def _joined(self, rec: MembershipEvent) -> None:
         """A requested server's worker was admitted: its request -> admission delay (not an
         initial --workers server's: those are ready when the clock starts)."""
-        lease = self.leases.get(self.server_of.get(rec.worker or "", ""))
+        lease = self.book.leases.get(self.book.server_of.get(rec.worker or "", ""))
         if lease is None or lease.requested_s <= self.offset_s or self.started is None:
             return
         if rec.wall_time_s is not None:
@@ -586,7 +507,7 @@ class Driver:
         self.alone_since_s = now if self.alone_since_s is None else self.alone_since_s
         if now - self.alone_since_s > self.gave_up_after_s or self.gave_up:
             return False
-        booting = any(self._state(server) != "gone" for server in self.leases)
+        booting = any(self._state(server) != "gone" for server in self.book.leases)
         return booting or (self.started is not None and any(self.want.values()))
 
     def finish(self) -> None:
@@ -597,24 +518,12 @@ class Driver:
         now = self.now()
         if self.last_step_s is not None and self.ctl.steps_done >= self.spec.config.steps:
             now = min(now, self.last_step_s)
-        for server in list(self.leases):
-            self._close(server, now, "end")
-        self.cost_line(now, None)
         out = pathlib.Path(self.spec.config.out)
-        path = out / RESULT_FILE
-        if path.is_file():
-            result = json.loads(path.read_text())
-            result["cost"] = {
-                "usd": self.ledger.total_usd,
-                "by_kind": dict(sorted(self.by_kind.items())),
-                "by_tier": dict(sorted(self.by_tier.items())),
-                "revocations": self.revocations,
-            }
-            write_json_atomic(path, result)
+        self.book.close_all(now, out)
         if not self.measured.host:  # stopped before it measured the host: no scenario to replay
             return
         write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
-        self.ctl.say(f"cost ${self.ledger.total_usd:.4f}; {self.revocations} revocations")
+        self.ctl.say(f"cost ${self.book.ledger.total_usd:.4f}; {self.book.revocations} revocations")
 
 
 def check_provider(spec, speeds, job, host_s: float | None) -> None:
