@@ -99,10 +99,11 @@ def job_fingerprint(
 
 def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
     """The slow-link settings that change what is trained, normalized (topk:0.10 is
-    topk:0.1): none without --compress or --local-steps, where the others have no effect;
-    with one of them, its mode's settings and the site layout, which decides whose sums are
-    compressed or averaged (docs/consistency.md: residuals, pending messages and the outer
-    state are training state, kept per site)."""
+    topk:0.1): none without --compress or --local-steps, where --sites has no effect and the
+    others are refused; with one of them, its mode's settings (one not given: its default,
+    hashed as if given) and the site layout, which decides whose sums are compressed or
+    averaged (docs/consistency.md: residuals, pending messages and the outer state are
+    training state, kept per site)."""
     if link is None or (link.compress == "none" and link.local_steps is None):
         return {}
     sites = None
@@ -112,8 +113,8 @@ def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
         return {
             "sites": sites,
             "local_steps": int(link.local_steps),
-            "outer_lr": float(link.outer_lr),
-            "outer_momentum": float(link.outer_momentum),
+            "outer_lr": float(link.effective_outer_lr),
+            "outer_momentum": float(link.effective_outer_momentum),
             "outer_overlap": link.outer_overlap,
         }
     mode, keep = parse_compress(link.compress)
@@ -121,7 +122,7 @@ def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
         "sites": sites,
         "compress": mode,
         "keep": keep,
-        "sparse_optim": link.sparse_optim,
+        "sparse_optim": link.effective_sparse_optim,
         "pipeline": link.pipeline,
     }
 
