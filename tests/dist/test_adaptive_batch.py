@@ -85,6 +85,11 @@ def test_resume_after_every_worker_died(reference, tmp_path):
     out = tmp_path / "resume"
     events = "step 23: kill 0; step 23: kill 1"
     run(out, "v100,k80", policy, "--checkpoint-every", "5", "--events", events, expect=1)
+    # the policy and its knobs are in the job's fingerprint: a resume with other knobs went on
+    # silently, to a result no uninterrupted run gives
+    other = ("--resume", str(out), "--batch-option", "gamma=0.2")
+    err = run(out, "k80,v100", policy, *other, expect=2).strip().splitlines()
+    assert "belongs to a different job" in err[-1] and "batch settings" in err[-1], err
     result = run(out, "k80,v100", policy, "--resume", str(out))
     assert result["state_sha256"] == digest
     assert trajectory(out) == path

@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from shoal.config.fields import option
 from shoal.errors import UserError
 
+# what a mode's setting is when its flag is not given (the field's None: "not given", so that a
+# flag given without its mode is refused, not silently ignored)
+SPARSE_OPTIM = "lazy"
+OUTER_LR = 0.7
+OUTER_MOMENTUM = 0.9
+
 
 @dataclass(frozen=True)
 class SlowLinkConfig:
@@ -37,13 +43,13 @@ class SlowLinkConfig:
             metavar="MODE",
         ),
     )
-    sparse_optim: str = field(
-        default="lazy",
+    sparse_optim: str | None = field(
+        default=None,
         metadata=option(
             "--sparse-optim",
             "with --compress: lazy (only the entries the merged update touched change, their "
             "optimizer state too; SGD, Adam, AdamW) or dense (the job's optimizer as it is); "
-            "default lazy",
+            f"default {SPARSE_OPTIM}",
             metavar="KIND",
         ),
     )
@@ -64,17 +70,19 @@ class SlowLinkConfig:
             metavar="H",
         ),
     )
-    outer_lr: float = field(
-        default=0.7,
+    outer_lr: float | None = field(
+        default=None,
         metadata=option(
-            "--outer-lr", "local-update mode: outer learning rate (default 0.7)", metavar="LR"
+            "--outer-lr",
+            f"with --local-steps: outer learning rate (default {OUTER_LR})",
+            metavar="LR",
         ),
     )
-    outer_momentum: float = field(
-        default=0.9,
+    outer_momentum: float | None = field(
+        default=None,
         metadata=option(
             "--outer-momentum",
-            "local-update mode: outer Nesterov momentum (default 0.9)",
+            f"with --local-steps: outer Nesterov momentum (default {OUTER_MOMENTUM})",
             metavar="MU",
         ),
     )
@@ -105,7 +113,7 @@ class SlowLinkConfig:
             raise UserError(
                 f"--compress must be none, topk:KEEP, blocktopk:KEEP or auto, got {self.compress!r}"
             )
-        if self.sparse_optim not in ("lazy", "dense"):
+        if self.sparse_optim not in (None, "lazy", "dense"):
             raise UserError(f"--sparse-optim must be lazy or dense, got {self.sparse_optim!r}")
         if self.sites is not None:
             _check_sites(self.sites)
@@ -113,17 +121,39 @@ class SlowLinkConfig:
         h = self.local_steps
         if h is not None and (int(h) != h or h < 1):
             raise UserError(f"--local-steps: local steps H must be an integer >= 1, got {h}")
-        if not 0 < self.outer_lr < math.inf:  # inf: the first outer step makes the state inf
-            raise UserError(f"--outer-lr must be > 0 and finite, got {self.outer_lr}")
-        if not 0 <= self.outer_momentum < 1:
-            raise UserError(f"--outer-momentum must be in [0, 1), got {self.outer_momentum}")
+        lr, mu = self.outer_lr, self.outer_momentum
+        if lr is not None and not 0 < lr < math.inf:  # inf: the first outer step makes it inf
+            raise UserError(f"--outer-lr must be > 0 and finite, got {lr}")
+        if mu is not None and not 0 <= mu < 1:
+            raise UserError(f"--outer-momentum must be in [0, 1), got {mu}")
         if self.pipeline and not self.compress.startswith(("topk:", "blocktopk:")):
             raise UserError("--pipeline needs --compress topk:KEEP or blocktopk:KEEP")
+        # a mode's setting given without its mode would have no effect: refused, not ignored
+        if self.sparse_optim is not None and self.compress == "none":
+            raise UserError("--sparse-optim needs --compress")
+        for flag, value in (("--outer-lr", lr), ("--outer-momentum", mu)):
+            if value is not None and h is None:
+                raise UserError(f"{flag} needs --local-steps")
         d = self.outer_overlap
         if d is not None and (h is None or int(d) != d or not 1 <= d <= h):
             raise UserError(f"--outer-overlap D needs --local-steps H and 1 <= D <= H, got {d}")
         if h is not None and self.compress != "none":
             raise UserError("--local-steps and --compress: choose one way across the links")
+
+    @property
+    def effective_sparse_optim(self) -> str:
+        """--sparse-optim as a --compress run uses it: the flag's, else lazy."""
+        return self.sparse_optim or SPARSE_OPTIM
+
+    @property
+    def effective_outer_lr(self) -> float:
+        """--outer-lr as a --local-steps run uses it: the flag's, else 0.7."""
+        return OUTER_LR if self.outer_lr is None else self.outer_lr
+
+    @property
+    def effective_outer_momentum(self) -> float:
+        """--outer-momentum as a --local-steps run uses it: the flag's, else 0.9."""
+        return OUTER_MOMENTUM if self.outer_momentum is None else self.outer_momentum
 
     def check_batch_policy(self, policy: str, source: str) -> None:
         """Refuse an adaptive batch policy with either way across the links, as the workers

@@ -52,8 +52,10 @@ class BatchContext:
 class BatchPolicy(Protocol):
     name: str
     every: int
+    uses_throughput: bool
 
     def decide(self, stats: StepStats, context: BatchContext) -> int: ...
+    def settings(self) -> dict: ...
     def lr_factor(self, batch: int, context: BatchContext) -> float: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
@@ -100,6 +102,7 @@ class _Policy:
 
     name = ""
     options: dict[str, type] = {}
+    uses_throughput = False  # whether its decisions read the context's throughput model
 
     def __init__(
         self,
@@ -147,6 +150,21 @@ class _Policy:
             return gain(batch, context.initial_batch, sqr, var / context.initial_batch)
         return 1.0
 
+    def settings(self) -> dict:
+        """What decides this policy's batches and learning-rate factors besides its context
+        and bounds: its name, decision interval, scaling rule and knobs, defaults included, as
+        plain JSON values (the job fingerprint's: equivalent spellings give equal settings)."""
+        return {
+            "name": self.name,
+            "every": int(self.every),
+            "lr_scaling": self.lr_scaling,
+            "smoothing": float(self.noise.smoothing),
+            **self._knobs(),
+        }
+
+    def _knobs(self) -> dict:
+        return {}
+
     def state_dict(self) -> dict:
         return {
             "name": self.name,
@@ -190,6 +208,9 @@ class JabasPolicy(_Policy):
             raise UserError(f"batch adjust rate alpha={alpha} is outside (0, 1)")
         self.gamma, self.alpha = gamma, alpha
 
+    def _knobs(self):
+        return {"gamma": float(self.gamma), "alpha": float(self.alpha)}
+
     def _choose(self, stats, context, current):
         if not is_decision_step(stats.step, self.every):
             return current
@@ -209,6 +230,7 @@ class JabasPolicy(_Policy):
 class PolluxPolicy(_Policy):
     name = "pollux"
     options = {"candidates": int, "min_gain": float, "smoothing": float}
+    uses_throughput = True
 
     def __init__(self, *args, candidates: int = 50, min_gain: float = 1.0, **kw) -> None:
         super().__init__(*args, **kw)
@@ -218,6 +240,14 @@ class PolluxPolicy(_Policy):
             raise UserError(f"min_gain={min_gain} must be >= 1")
         self.candidates, self.min_gain = candidates, min_gain
         self.critical_scale, self.max_growth = 1.0, math.inf
+
+    def _knobs(self):  # shoal's too: its critical_scale and max_growth are pollux's 1 and inf
+        return {
+            "candidates": int(self.candidates),
+            "min_gain": float(self.min_gain),
+            "critical_scale": float(self.critical_scale),
+            "max_growth": float(self.max_growth),
+        }
 
     def _choose(self, stats, context, current):
         if not is_decision_step(stats.step, self.every):
@@ -300,6 +330,10 @@ class SchedulePolicy(_Policy):
             raise UserError(f"loss_smoothing={loss_smoothing} is outside [0, 1)")
         self.loss_smoothing = loss_smoothing
         self.loss_avg, self.loss_weight, self.stage = 0.0, 0.0, 0
+
+    def _knobs(self):
+        ramp = [[int(b), float(x) if self.by_loss else int(x)] for b, x in self.ramp]
+        return {"by_loss": self.by_loss, "ramp": ramp, "loss_smoothing": float(self.loss_smoothing)}
 
     def _observe(self, stats):
         if math.isfinite(stats.loss):

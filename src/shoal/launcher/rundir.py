@@ -38,7 +38,7 @@ from shoal.job import parse_options
 from shoal.launcher.spec import RunSpec, load_job
 from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
 from shoal.runtime.built import built_model
-from shoal.runtime.checkpoint import check_resumable, latest_checkpoint_step
+from shoal.runtime.checkpoint import OTHER_JOB, check_resumable, latest_checkpoint_step
 from shoal.runtime.outputs import job_fingerprint
 
 LOCK_FILE = ".shoal.lock"
@@ -118,14 +118,16 @@ def config_fingerprint(config: RunConfig) -> str:
     job = load_job(config)
     options = parse_options(list(config.options))
     model = built_model(job, "cpu")  # a bad one is refused here, in one line
-    return job_fingerprint(config.job, options, job, config.consistency, model, config.link)
+    return job_fingerprint(
+        config.job, options, job, config.consistency, model, config.link, config.batch
+    )
 
 
 def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:
     """A finished run's result.json belongs to one job: a resume with another job file, other
-    options, seed, consistency mode or slow-link settings is refused, with the checkpoint
-    load's message. A result without a fingerprint (written before it had one) is taken as
-    it is."""
+    options, seed, consistency mode, slow-link or adaptive batch settings is refused, with the
+    checkpoint load's message. A result without a fingerprint (written before it had one) is
+    taken as it is."""
     theirs = result.get("fingerprint")
     if not isinstance(theirs, str):
         return
@@ -133,7 +135,7 @@ def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:
     if theirs != ours:
         raise UserError(
             f"{out / RESULT_FILE} belongs to a different job "
-            f"(fingerprint {theirs[:12]}, expected {ours[:12]})"
+            f"(fingerprint {theirs[:12]}, expected {ours[:12]}): {OTHER_JOB}"
         )
 
 
@@ -263,8 +265,8 @@ def resume_hint(spec: RunSpec) -> str:
     """What a failure message may recommend: to resume only if a checkpoint exists, from which
     step, and the `shoal run` command that does it (whatever started the run: `shoal demo` has
     no --resume), with every flag of the run not at its default: those the fingerprint checks
-    (a resume without them is refused) and the rest (--batch-policy, --checkpoint-dir, ...),
-    so that the run continues as it began."""
+    (a resume without them is refused: --compress, an adaptive --batch-policy and its knobs,
+    ...) and the rest (--checkpoint-dir, ...), so that the run continues as it began."""
     config = spec.config
     step = latest_checkpoint_step(checkpoint_dir(config))
     if step is None:

@@ -142,7 +142,7 @@ def check_slow_link(config: RunConfig, job) -> None:
         sys.stderr.write(
             "shoal: warning: --sites has no effect without --compress or --local-steps\n"
         )
-    if link.compress != "none" and link.sparse_optim == "lazy":  # the workers' own test
+    if link.compress != "none" and link.effective_sparse_optim == "lazy":  # the workers' own test
         from shoal.runtime.built import built_model, built_optimizer
         from shoal.runtime.sparse_optim import supports
 

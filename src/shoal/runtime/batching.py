@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from shoal.config import BatchConfig
 from shoal.control.batch_policy import (
@@ -71,6 +72,26 @@ def check_batch(config: BatchConfig, job: Job, consistency: str) -> None:
         sys.stderr.write(
             "shoal: warning: --batch-bounds has no effect with the fixed batch policy\n"
         )
+
+
+def batch_settings(config: BatchConfig, job: Job, consistency: str = "exact") -> dict[str, Any]:
+    """The batch settings that change what is trained, normalized (the job fingerprint's:
+    `runtime/outputs.py`): none with the fixed policy, whose runs train the job's batch
+    whatever the other --batch-* flags say; else the effective policy (the flag's or the
+    job's) with its knobs, defaults included, the bounds it decides within, and for a policy
+    weighing throughput (pollux, shoal) the reference placement's kinds and --batch-sync."""
+    policy = policy_for(config, job, consistency)
+    if policy.name == "fixed":
+        return {}
+    low, high = given_bounds(config, job) or default_bounds(job)
+    settings = {**policy.settings(), "bounds": [int(low), int(high)]}
+    if policy.uses_throughput:
+        kinds = None  # one worker of unit speed
+        if config.reference:
+            devices = load_devices()
+            kinds = [devices.check(k) for k in devices.parse_workers(config.reference)]
+        settings.update(reference=kinds, sync=float(config.sync))
+    return settings
 
 
 def given_bounds(config: BatchConfig, job: Job) -> tuple[int, int] | None:

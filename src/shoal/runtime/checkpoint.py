@@ -32,6 +32,9 @@ import torch
 
 from shoal.errors import UserError
 
+# what a fingerprint mismatch means (runtime/outputs.py `job_fingerprint`), for its message
+OTHER_JOB = "its job file, -o options, seed, --consistency, slow-link or batch settings differ"
+
 _NAME = re.compile(r"ckpt-(\d+)\.json$")
 
 
@@ -135,7 +138,7 @@ def _verified(fs: Any, step: int, manifest_path: str, fingerprint: str | None) -
     if fingerprint is not None and theirs != fingerprint:
         raise UserError(
             f"checkpoint {manifest_path} belongs to a different job "
-            f"(fingerprint {theirs[:12]}, expected {fingerprint[:12]})"
+            f"(fingerprint {theirs[:12]}, expected {fingerprint[:12]}): {OTHER_JOB}"
         )
     digest = hashlib.sha256(data).hexdigest()
     if len(data) != manifest.get("bytes") or digest != manifest.get("sha256"):

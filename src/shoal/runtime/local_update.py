@@ -201,9 +201,9 @@ class LocalUpdate:
         self.params = [p for p in trainer.model.parameters() if p.requires_grad]
         self.numels = [p.numel() for p in self.params]
         self.reference = [p.detach().clone() for p in self.params]
-        mu = config.outer_momentum
+        mu = config.effective_outer_momentum
         self.outer = torch.optim.SGD(
-            self.reference, lr=config.outer_lr, momentum=mu, nesterov=mu > 0
+            self.reference, lr=config.effective_outer_lr, momentum=mu, nesterov=mu > 0
         )
         self.synced_at = trainer.step  # the step boundary of the last outer step (or start)
         self.outer_steps = 0

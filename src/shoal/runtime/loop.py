@@ -205,7 +205,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     if config.link.local_steps is not None:
         trainer.local = LocalUpdate(trainer, config.link, config.peer_timeout_s)
     fingerprint = outputs.job_fingerprint(
-        config.job, options, job, config.consistency, trainer.model, config.link
+        config.job, options, job, config.consistency, trainer.model, config.link, config.batch
     )
     ck = config.checkpoint
     checkpointer = Checkpointer(

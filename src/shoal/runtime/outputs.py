@@ -18,7 +18,7 @@ import tempfile
 import time
 from typing import Any
 
-from shoal.config import SlowLinkConfig
+from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError
 from shoal.metrics import (
@@ -30,6 +30,7 @@ from shoal.metrics import (
     WorkerShare,
     read_metrics,
 )
+from shoal.runtime.batching import batch_settings
 
 
 def prepare_out_dir(out_dir: str | pathlib.Path) -> pathlib.Path:
@@ -71,12 +72,20 @@ def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
 
 
 def job_fingerprint(
-    job_path: str, options: dict, job, consistency: str, model, link: SlowLinkConfig | None = None
+    job_path: str,
+    options: dict,
+    job,
+    consistency: str,
+    model,
+    link: SlowLinkConfig | None = None,
+    batch: BatchConfig | None = None,
 ) -> str:
     """What determines a run's result, hashed: the job file's contents (an edited body is
     another job; a renamed or moved file is the same one), its options, batch sizes, seed,
-    dataset size, the consistency mode, the model's tensors (names, dtypes, shapes) and the
-    slow-link settings that change what is trained (`link_settings`)."""
+    dataset size, the consistency mode, the model's tensors (names, dtypes, shapes), the
+    slow-link settings that change what is trained (`link_settings`) and the adaptive batch
+    policy with its knobs (`runtime/batching.py` `batch_settings`: the --batch-* flags over
+    the job's `batch_policy` and `batch_options`; `batch` None: no flags given)."""
     shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
     source = hashlib.sha256(pathlib.Path(job_path).read_bytes()).hexdigest()
     parts = [
@@ -94,15 +103,19 @@ def job_fingerprint(
         # appended only when a way across the links is on: a run without one keeps the exact
         # fingerprint it had before these were hashed, so its old checkpoints stay resumable
         parts.append(sorted(settings.items()))
+    adaptive = batch_settings(batch or BatchConfig(), job, consistency)
+    if adaptive:  # likewise: a fixed-batch run keeps its fingerprint
+        parts.append(["batch", sorted(adaptive.items())])
     return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()
 
 
 def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
     """The slow-link settings that change what is trained, normalized (topk:0.10 is
-    topk:0.1): none without --compress or --local-steps, where the others have no effect;
-    with one of them, its mode's settings and the site layout, which decides whose sums are
-    compressed or averaged (docs/consistency.md: residuals, pending messages and the outer
-    state are training state, kept per site)."""
+    topk:0.1): none without --compress or --local-steps, where --sites has no effect and the
+    others are refused; with one of them, its mode's settings (one not given: its default,
+    hashed as if given) and the site layout, which decides whose sums are compressed or
+    averaged (docs/consistency.md: residuals, pending messages and the outer state are
+    training state, kept per site)."""
     if link is None or (link.compress == "none" and link.local_steps is None):
         return {}
     sites = None
@@ -112,8 +125,8 @@ def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
         return {
             "sites": sites,
             "local_steps": int(link.local_steps),
-            "outer_lr": float(link.outer_lr),
-            "outer_momentum": float(link.outer_momentum),
+            "outer_lr": float(link.effective_outer_lr),
+            "outer_momentum": float(link.effective_outer_momentum),
             "outer_overlap": link.outer_overlap,
         }
     mode, keep = parse_compress(link.compress)
@@ -121,7 +134,7 @@ def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
         "sites": sites,
         "compress": mode,
         "keep": keep,
-        "sparse_optim": link.sparse_optim,
+        "sparse_optim": link.effective_sparse_optim,
         "pipeline": link.pipeline,
     }
 

@@ -181,7 +181,7 @@ def lazy_step(
 ) -> LazyStep | None:
     """The trainer's lazy step for a `--compress` run (`link`: its SlowLinkConfig), or None
     for the optimizer's own dense step (asked for, or not supported: with a warning)."""
-    if link.sparse_optim == "dense":
+    if link.effective_sparse_optim == "dense":
         return None
     reason = supports(optimizer)
     if reason is not None:

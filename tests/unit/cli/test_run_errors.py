@@ -135,3 +135,29 @@ def test_checkpoint_dir_that_is_a_file(capsys, tmp_path, under):
     )  # fmt: skip
     assert code == 2 and f"{blocker} is not a directory" in err and err.count("\n") == 1
     assert blocker.read_text() == "kept" and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--sparse-optim", "lazy"], "--sparse-optim needs --compress"),
+        (["--sparse-optim", "dense", "--sites", "0/1"], "--sparse-optim needs --compress"),
+        (["--outer-lr", "0.5"], "--outer-lr needs --local-steps"),
+        (["--outer-momentum", "0"], "--outer-momentum needs --local-steps"),
+        (["--compress", "topk:0.1", "--outer-lr", "0.7"], "--outer-lr needs --local-steps"),
+    ],
+)
+def test_a_slow_link_setting_without_its_mode_is_one_line_and_exit_2(
+    capsys, tmp_path, monkeypatch, extra, message
+):
+    """Given without the mode that uses it, the flag was ignored: its default could not be
+    told from a value given. `shoal run` and the torchrun entry refuse it alike."""
+    from shoal.launcher.torchrun import cli
+
+    monkeypatch.delenv("SHOAL_CONFIG", raising=False)
+    out = str(tmp_path / "o")
+    code, err = run(capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", out, *extra)
+    assert code == 2 and err == f"shoal: error: {message}\n"
+    assert cli([DIGITS, "--steps", "2", "--out", out, *extra]) == 2
+    assert capsys.readouterr().err == f"shoal: error: {message}\n"
+    assert not (tmp_path / "o").exists()

@@ -59,3 +59,35 @@ def test_an_adaptive_batch_policy_is_refused_with_a_way_across_the_links(link, f
             link.check_batch_policy("jabas", source)
         assert str(err.value) == f"{source} jabas is adaptive: {flag} needs a fixed batch size"
     SlowLinkConfig(sites="0/1").check_batch_policy("jabas", "--batch-policy")  # no mode: fine
+
+
+def test_a_mode_takes_its_settings_defaults_unless_they_are_given():
+    """The settings default to None ("not given"), so that one given without its mode is
+    refused; the mode resolves them to the defaults their help names."""
+    topk = SlowLinkConfig(compress="topk:0.1")
+    assert topk.sparse_optim is None and topk.effective_sparse_optim == "lazy"
+    dense = SlowLinkConfig(compress="auto", sparse_optim="dense")
+    assert dense.effective_sparse_optim == "dense"
+    local = SlowLinkConfig(local_steps=2)
+    assert (local.outer_lr, local.outer_momentum) == (None, None)
+    assert (local.effective_outer_lr, local.effective_outer_momentum) == (0.7, 0.9)
+    given = SlowLinkConfig(local_steps=2, outer_lr=0.3, outer_momentum=0.0)  # 0: given
+    assert (given.effective_outer_lr, given.effective_outer_momentum) == (0.3, 0.0)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(sparse_optim="lazy"), "--sparse-optim needs --compress"),
+        (dict(sparse_optim="dense", compress="none"), "--sparse-optim needs --compress"),
+        (dict(outer_lr=0.7), "--outer-lr needs --local-steps"),
+        (
+            dict(outer_momentum=0.9, compress="blocktopk:0.1"),
+            "--outer-momentum needs --local-steps",
+        ),
+    ],
+)
+def test_a_setting_without_its_mode_is_refused(fields, message):
+    with pytest.raises(UserError) as err:
+        SlowLinkConfig(**fields)
+    assert str(err.value) == message
