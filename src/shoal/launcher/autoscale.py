@@ -86,7 +86,7 @@ class Driver:
         )
         self.redecide, self.next_decision_s = True, 0.0
         self.mix: Mix | None = None
-        self.over_budget_said = False  # the budget can no longer finish the run: said once
+        self.missed_said = False  # the goal can no longer be met: said once
         self.measured = Measurements(
             self.scale, speeds.slowdown, job.micro_batch_size, job.global_batch_size, host_s,
             self.cfg.startup_s,
@@ -435,31 +435,44 @@ class Driver:
         self.mix = mix
         if mix.counts:
             self.want = {k: n for k, n in mix.counts.items() if n}
-        say_over = self.scaler.goal.over_budget(mix.cost_usd) and not self.over_budget_said
-        if changed or periodic or say_over:
-            self.cost_line(now, mix)
-        if say_over:
-            self.over_budget_said = True
-            self._say_over_budget(now, mix)
-
-    def _say_over_budget(self, now: float, mix: Mix) -> None:
-        """No mix finishes within the budget any more (revocations bought dearer replacements,
-        or the estimates were low): the scaler holds the cheapest mix that finishes, and the
-        run goes on at it rather than stop and lose its work. Said once per run."""
-        spent, label = self.book.spent(now), lease_label(mix.counts)
-        if math.isfinite(mix.cost_usd):
-            why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the cheapest "
-            why, then = why + f"mix, {label}", "that mix"
-        else:
-            why, then = f"spent ${spent:.4f}; no mix is predicted to finish", label
-        self.ctl.say(
-            f"warning: the budget of ${self.scaler.goal.budget_usd:.4f} can no longer finish "
-            f"the run ({why}); continuing at {then}"
+        goal = self.scaler.goal
+        say = not self.missed_said and (
+            goal.over_budget(mix.cost_usd) or goal.past_deadline(mix.finish_s)
         )
+        if changed or periodic or say:
+            self.cost_line(now, mix)
+        if say:
+            self.missed_said = True
+            self._say_missed(now, mix)
+
+    def _say_missed(self, now: float, mix: Mix) -> None:
+        """No mix meets the goal any more (revocations bought dearer or slower replacements,
+        or the estimates were low): the scaler holds the cheapest mix that finishes under a
+        budget, the fastest under a deadline, and the run goes on at it rather than stop and
+        lose its work. Said once per run."""
+        goal, label = self.scaler.goal, lease_label(mix.counts)
+        if goal.budget_usd is not None:
+            spent = self.book.spent(now)
+            if math.isfinite(mix.cost_usd):
+                why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the "
+                why, then = why + f"cheapest mix, {label}", "that mix"
+            else:
+                why, then = f"spent ${spent:.4f}; no mix is predicted to finish", label
+            missed = f"the budget of ${goal.budget_usd:.4f} can no longer finish the run"
+        else:
+            if math.isfinite(mix.finish_s):
+                why = f"at {now:.0f} s the fastest mix finishes at {mix.finish_s:.0f} s, on {label}"
+                then = "that mix"
+            else:
+                why, then = f"at {now:.0f} s no mix is predicted to finish", label
+            missed = f"the deadline of {goal.deadline_s:.0f} s can no longer be met"
+        self.ctl.say(f"warning: {missed} ({why}); continuing at {then}")
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
-        over = mix is not None and self.scaler.goal.over_budget(mix.cost_usd)
-        spent = self.book.cost_line(now, mix, over)
+        goal = self.scaler.goal if mix is not None else None
+        over = goal is not None and goal.over_budget(mix.cost_usd)
+        late = goal is not None and goal.past_deadline(mix.finish_s)
+        spent = self.book.cost_line(now, mix, over, late)
         if mix is not None:
             self.ctl.say(
                 f"t={now:.0f}s: mix {lease_label(mix.counts)}; spent ${spent:.4f}; projected "
@@ -523,7 +536,19 @@ class Driver:
         if not self.measured.host:  # stopped before it measured the host: no scenario to replay
             return
         write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
-        self.ctl.say(f"cost ${self.book.ledger.total_usd:.4f}; {self.book.revocations} revocations")
+        self.ctl.say(self._spent_line(now))
+
+    def _spent_line(self, end_s: float) -> str:
+        """The end's console cost line: the spend and the revocations, and, briefly, a budget
+        the spend went over or a deadline the run ended after (the scaler's own tests)."""
+        total, goal = self.book.ledger.total_usd, self.scaler and self.scaler.goal
+        line = f"cost ${total:.4f}"
+        if goal and goal.over_budget(total):
+            line += f", over the budget of ${goal.budget_usd:.4f}"
+        line += f"; {self.book.revocations} revocations"
+        if goal and goal.past_deadline(end_s):
+            line += f"; ended at {end_s:.0f} s, past the deadline of {goal.deadline_s:.0f} s"
+        return line
 
 
 def check_provider(spec, speeds, job, host_s: float | None) -> None:
