@@ -170,7 +170,7 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     assert d.scenario().join_delay_s == pytest.approx(750.0)
     assert [tuple(map(round, j)) for j in d.scenario().join_delays] == [(800, 750)]
     assert d.scenario().provider["startup_s"] == 60.0  # lifetimes run from the lease's ready_s
-    assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
+    assert all(o.startup_s == pytest.approx(750.0) for o in d.model.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
     assert d.measured.startup_s() == pytest.approx(750.0)
 
@@ -304,15 +304,15 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     d = make_driver(recovery="restart")
     metrics = tmp_path / "metrics.jsonl"
     d.ctl = types.SimpleNamespace(t0=0.0, metrics=metrics, steps_done=10)
-    d.restart_from = (10, 5.0, 8, 2)  # (steps done, stopped at, checkpoint step, generation)
+    d.restarts.stopped = (10, 5.0, 8, 2)  # (steps done, stopped at, checkpoint step, generation)
     old = (WorkerShare("w0", 0, "k80", 4, 0.03),)
     d.observe(StepLine(step=9, generation=2, wall_time_s=5.1, workers=old))
-    assert not metrics.exists() and d.restart_from is not None
+    assert not metrics.exists() and d.restarts.stopped is not None
     new = (WorkerShare("w5", 0, "k80", 4, 0.03),)
     d.observe(StepLine(step=8, generation=3, wall_time_s=9.0, workers=new))
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
-    assert line["recovery_time_s"] == pytest.approx(4.0) and d.restart_from is None
+    assert line["recovery_time_s"] == pytest.approx(4.0) and d.restarts.stopped is None
 
 
 def goal_run(tmp_path, times, **goal):
