@@ -275,7 +275,8 @@ class CostLine:
     """The spend so far (USD, emulated time `t_s`) at a scaler decision and at the end: by
     device kind, the mix held ("kind:tier" -> servers), and the decision's projection;
     `over_budget` when the decision found no mix finishing within the --budget (the projection
-    is then the cheapest mix's, and the run goes on at it)."""
+    is then the cheapest mix's, and the run goes on at it), `past_deadline` when it found no
+    mix finishing by the --deadline (the projection is then the fastest mix's)."""
 
     t_s: float
     usd: float
@@ -285,6 +286,7 @@ class CostLine:
     projected_usd: float | None = None
     wall_time_s: float | None = None
     over_budget: bool | None = None  # true: no mix finishes within the budget (else left out)
+    past_deadline: bool | None = None  # true: no mix finishes by the deadline (else left out)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "cost", **_drop_none(self)}
@@ -301,6 +303,7 @@ class CostLine:
             projected_usd=f.float_("projected_usd"),
             wall_time_s=f.float_("wall_time_s"),
             over_budget=f.bool_("over_budget"),
+            past_deadline=f.bool_("past_deadline"),
         )
 
 

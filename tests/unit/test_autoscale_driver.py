@@ -113,7 +113,7 @@ def test_goal_parsing():
     assert ProviderConfig(name="local", notice="none").notice_s is None
 
 
-def make_driver(host_s=0.01, **provider):
+def make_driver(host_s=0.01, out="unused", **provider):
     """A driver outside any controller: the launch-time check's configuration; `host_s` is the
     launcher's estimate of the host's seconds per micro-batch."""
     import types
@@ -123,7 +123,7 @@ def make_driver(host_s=0.01, **provider):
     from shoal.launcher.spec import RunSpec, Speeds
 
     cfg = ProviderConfig(name="local", kinds="v100,k80", time_scale=10.0, **provider)
-    spec = RunSpec(RunConfig(job=DIGITS, steps=100, out="unused", provider=cfg), ["k80", "k80"],
+    spec = RunSpec(RunConfig(job=DIGITS, steps=100, out=str(out), provider=cfg), ["k80", "k80"],
                    tiers=["spot", "on_demand"])  # fmt: skip
     speeds = Speeds({"v100": 1.0, "k80": 3.0}, {"v100": 1.0, "k80": 3.0})
     job = types.SimpleNamespace(micro_batch_size=16, global_batch_size=64)
@@ -170,7 +170,7 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     assert d.scenario().join_delay_s == pytest.approx(750.0)
     assert [tuple(map(round, j)) for j in d.scenario().join_delays] == [(800, 750)]
     assert d.scenario().provider["startup_s"] == 60.0  # lifetimes run from the lease's ready_s
-    assert all(o.startup_s == pytest.approx(750.0) for o in d.scaler_input(800.0, 0).offers)
+    assert all(o.startup_s == pytest.approx(750.0) for o in d.model.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
     assert d.measured.startup_s() == pytest.approx(750.0)
 
@@ -304,26 +304,26 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     d = make_driver(recovery="restart")
     metrics = tmp_path / "metrics.jsonl"
     d.ctl = types.SimpleNamespace(t0=0.0, metrics=metrics, steps_done=10)
-    d.restart_from = (10, 5.0, 8, 2)  # (steps done, stopped at, checkpoint step, generation)
+    d.restarts.stopped = (10, 5.0, 8, 2)  # (steps done, stopped at, checkpoint step, generation)
     old = (WorkerShare("w0", 0, "k80", 4, 0.03),)
     d.observe(StepLine(step=9, generation=2, wall_time_s=5.1, workers=old))
-    assert not metrics.exists() and d.restart_from is not None
+    assert not metrics.exists() and d.restarts.stopped is not None
     new = (WorkerShare("w5", 0, "k80", 4, 0.03),)
     d.observe(StepLine(step=8, generation=3, wall_time_s=9.0, workers=new))
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
-    assert line["recovery_time_s"] == pytest.approx(4.0) and d.restart_from is None
+    assert line["recovery_time_s"] == pytest.approx(4.0) and d.restarts.stopped is None
 
 
-def budget_run(tmp_path, budget, times):
-    """An autoscaled driver under `budget`, two k80 members, ticked at these emulated times:
-    (its console lines, its cost lines)."""
+def goal_run(tmp_path, times, **goal):
+    """An autoscaled driver under `goal` (budget= or deadline=), two k80 members, ticked at
+    these emulated times: (the driver, its console lines, its cost lines)."""
     import json
     import types
 
     from shoal.metrics import StepLine, WorkerShare
 
-    d = make_driver(autoscale=True, budget=budget, scale_every_s=60.0)
+    d = make_driver(out=tmp_path, autoscale=True, scale_every_s=60.0, **goal)
     workers, said = {}, []
 
     def spawn(kind):
@@ -350,7 +350,7 @@ def budget_run(tmp_path, budget, times):
         d.tick()
     assert not d.gave_up and d.want  # it goes on buying
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]
-    return said, [x for x in lines if x["kind"] == "cost"]
+    return d, said, [x for x in lines if x["kind"] == "cost"]
 
 
 def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
@@ -358,7 +358,7 @@ def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
     finishes and the run goes on: it overran its budget with no word (a live run of $0.05
     spent $0.1078, each decision's line projecting $0.109). Now the first such decision says
     so on the console, once, and every decision's cost line over the budget is marked."""
-    said, costs = budget_run(tmp_path, "0.0001usd", [100.0, 130.0, 200.0, 300.0, 400.0])
+    d, said, costs = goal_run(tmp_path, [100.0, 130.0, 200.0, 300.0, 400.0], budget="0.0001usd")
     warned = [s for s in said if s.startswith("warning:")]
     assert len(warned) == 1, said
     assert re.fullmatch(
@@ -370,9 +370,51 @@ def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
     assert len(decisions) >= 4 and all(x["over_budget"] is True for x in decisions)
     assert all(x["projected_usd"] > 0.0001 for x in decisions)
     assert decisions[0]["mix"] == {"k80:on_demand": 1, "k80:spot": 1}  # what was held then
+    assert not [x for x in costs if "past_deadline" in x]
+    # the end's cost line says the spend went over the budget (it said only the spend)
+    d.finish()
+    assert re.fullmatch(
+        r"cost \$\d+\.\d{4}, over the budget of \$0\.0001; 0 revocations", said[-1]
+    ), said[-1]
 
 
 def test_a_budget_that_finishes_the_run_says_nothing(tmp_path):
-    said, costs = budget_run(tmp_path, "1000usd", [100.0, 200.0, 300.0])
+    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], budget="1000usd")
     assert not [s for s in said if "warning" in s] and costs
+    assert not [x for x in costs if "over_budget" in x or "past_deadline" in x]
+    d.finish()
+    assert re.fullmatch(r"cost \$\d+\.\d{4}; 0 revocations", said[-1]), said[-1]
+
+
+def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
+    """Under --deadline, when no mix finishes by it the scaler switches to the fastest mix and
+    the run goes on, as under a budget, but it did so with no word. Now the first such
+    decision says so on the console, once, every decision's cost line past the deadline is
+    marked, and the end's cost line says that the run ended after its deadline. (Here the
+    first decision meets the deadline, 119 s of 120; the steps then stall.)"""
+    d, said, costs = goal_run(tmp_path, [100.0, 130.0, 200.0, 300.0, 400.0], deadline="120s")
+    warned = [s for s in said if s.startswith("warning:")]
+    assert len(warned) == 1, said
+    assert warned[0] == (
+        "warning: the deadline of 120 s can no longer be met (at 200 s the fastest mix "
+        "finishes at 219 s, on 5xv100:spot); continuing at that mix"
+    )
+    assert said.index(warned[0]) == 1 + next(i for i, s in enumerate(said) if "t=200s" in s)
+    decisions = [x for x in costs if "projected_finish_s" in x]
+    assert len(decisions) == 4 and "past_deadline" not in decisions[0]  # t=100 s: met
+    assert all(x["past_deadline"] is True for x in decisions[1:])
+    assert all(x["projected_finish_s"] > 120.0 for x in decisions[1:])
     assert not [x for x in costs if "over_budget" in x]
+    d.finish()
+    assert re.fullmatch(
+        r"cost \$\d+\.\d{4}; 0 revocations; ended at 400 s, past the deadline of 120 s",
+        said[-1],
+    ), said[-1]
+
+
+def test_a_deadline_that_is_met_says_nothing(tmp_path):
+    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], deadline="10h")
+    assert not [s for s in said if "warning" in s] and costs
+    assert not [x for x in costs if "over_budget" in x or "past_deadline" in x]
+    d.finish()
+    assert re.fullmatch(r"cost \$\d+\.\d{4}; 0 revocations", said[-1]), said[-1]

@@ -20,7 +20,11 @@ def test_lease_and_cost_lines_round_trip():
     assert parse_line(json.dumps(cost.to_json()), "m") == cost
     over = CostLine(10.0, 0.5, {"k80": 0.5}, {"k80:spot": 1}, 900.0, 1.25, over_budget=True)
     assert parse_line(json.dumps(over.to_json()), "m") == over
+    late = CostLine(10.0, 0.5, {"k80": 0.5}, {"v100:spot": 4}, 900.0, 1.25, past_deadline=True)
+    assert parse_line(json.dumps(late.to_json()), "m") == late
+    assert late.to_json()["past_deadline"] is True
     assert "over_budget" not in cost.to_json()  # left out unless true
+    assert "past_deadline" not in cost.to_json() and "past_deadline" not in over.to_json()
 
 
 @pytest.mark.parametrize(

@@ -73,8 +73,14 @@ class Goal:
             raise UserError(f"a deadline of at most 365 days, got {self.deadline_s:g} s")
 
     def over_budget(self, cost_usd: float) -> bool:
-        """Whether a predicted total cost is beyond the budget (never under a deadline)."""
+        """Whether a predicted total cost is beyond the budget (never under a deadline): the
+        budget rule's own test (`_by_budget`)."""
         return self.budget_usd is not None and cost_usd > self.budget_usd * (1 + _SLACK)
+
+    def past_deadline(self, finish_s: float) -> bool:
+        """Whether a predicted finish (seconds from the launch) is after the deadline (never
+        under a budget): the deadline rule's own test (`_by_deadline`, `check_goal`)."""
+        return self.deadline_s is not None and finish_s > self.deadline_s * (1 + _SLACK)
 
 
 @dataclass(frozen=True)
@@ -424,7 +430,7 @@ def check_goal(goal: Goal, inp: ScalerInput, max_servers: int = 8) -> None:
             )
         return
     fast = Scaler(goal, max_servers).fastest(inp)
-    if fast.finish_s > goal.deadline_s * (1 + _SLACK):
+    if goal.past_deadline(fast.finish_s):
         raise UserError(
             f"deadline {goal.deadline_s:.0f} s is impossible: the fastest feasible finish is "
             f"{_seconds(fast.finish_s)} s, on {fast.describe()}"

@@ -1,10 +1,8 @@
-"""The live autoscaler of `shoal run --provider local`: leases, revocations, the scaler's mix, cost.
+"""The live autoscaler of `shoal run --provider local`: leases, revocations, the scaler's mix.
 
-The controller (`supervisor.py`) calls one `Driver` once per poll. The driver keeps the leases
-of the servers bought from the provider (`shoal.cluster.provider`) in its lease book
-(`leases.py`: the worker on each server, per-second billing, the lease and cost lines), one
-worker per ready lease, and turns what the provider and the scaler decide into the
-controller's own events:
+The controller (`supervisor.py`) calls one `Driver` once per poll. The driver holds one worker
+per ready lease of the servers bought from the provider (`shoal.cluster.provider`), and turns
+what the provider and the scaler decide into the controller's own events:
 - a spot lease's revocation becomes a notice `notice_s / time_scale` wall seconds before it
   (the worker leaves at the next step boundary, handing nothing over), or a kill at `revoke_at`
   when the provider gives no notice; a revoked server is billed until its revocation;
@@ -26,46 +24,34 @@ step would otherwise be bought servers until the lease bound, as torchrun's --ma
 bounds its restarts).
 
 Time: emulated seconds = wall seconds x `time_scale`, counted from the moment the first group
-forms (the initial servers are billed from 0 and are ready then). What the run measures of
-itself (host speed, step overhead, change cost, join delay; `measured.py`) feeds the scaler
-and goes to `OUT/scenario.json` at the end, so that `shoal simulate --scenario` replays the
-run. Before any worker starts, the launcher times a few micro-batches of the job itself
-(`hostspeed.estimate_host_s`) for the goal's feasibility check.
+forms (the initial servers are billed from 0 and are ready then). The driver's parts, a module
+each: the lease book (`leases.py`: the worker on each server, billing, the lease and cost
+lines), what the run measures of itself (`measured.py`), the scaler's input and the replay's
+`OUT/scenario.json` made of those measurements (`runmodel.py`), what is said of a goal out of
+reach (`goalwatch.py`), and `--recovery restart` (`restart.py`).
 """
 
 from __future__ import annotations
 
-import math
 import pathlib
 import time
-from dataclasses import replace
+from collections import Counter
 
 from shoal.cluster.provider import provider_from_config
-from shoal.config import ProviderConfig
-from shoal.control.scaler import (
-    Goal,
-    Mix,
-    Scaler,
-    ScalerInput,
-    check_goal,
-    revocation_rate,
-)
+from shoal.control.scaler import Goal, Mix, Scaler, check_goal
 from shoal.launcher.events import Event
+from shoal.launcher.goalwatch import GoalWatch
 from shoal.launcher.leases import LeaseBook, lease_label
 from shoal.launcher.measured import Measurements
-from shoal.launcher.rundir import checkpoint_dir
+from shoal.launcher.restart import Restarts
+from shoal.launcher.runmodel import RunModel
 from shoal.metrics import MembershipEvent, StepLine
-from shoal.runtime.checkpoint import latest_checkpoint_step
-from shoal.runtime.outputs import append_line, write_json_atomic
-from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns
+from shoal.runtime.outputs import write_json_atomic
+from shoal.sim.scenario import Scenario
 
 SCENARIO_FILE = "scenario.json"
 STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
 FAILURES_PER_WORKER = 2  # own failures per initial worker, without a step trained, tolerated
-
-
-def goal_of(cfg: ProviderConfig) -> Goal:
-    return Goal(deadline_s=cfg.deadline_s, budget_usd=cfg.budget_usd)
 
 
 class Driver:
@@ -73,35 +59,32 @@ class Driver:
 
     def __init__(self, spec, speeds, host_s: float | None, job, ctl=None) -> None:
         self.spec, self.speeds = spec, speeds
-        self.cfg = spec.config.provider
-        self.scale = self.cfg.time_scale
-        self.provider = provider_from_config(self.cfg)
+        self.cfg = cfg = spec.config.provider
+        self.scale = cfg.time_scale
+        self.provider = provider_from_config(cfg)
         self.book = LeaseBook(self.provider, spec.config.out, spec.config.resume)
         self.ctl = ctl  # None for the launch check
         self.offset_s = self.book.offset_s  # a resumed run's clock goes on from the last one
         self.stragglers: dict[str, float] = {}  # worker -> wall time its server was released
-        self.want = dict(self._initial_counts())  # (kind, tier) -> servers held
-        self.scaler = (
-            Scaler(goal_of(self.cfg), self.cfg.max_servers) if self.cfg.autoscale else None
-        )
+        initial = self._initial_counts()
+        self.want = dict(initial)  # (kind, tier) -> servers held
+        goal = cfg.autoscale and Goal(deadline_s=cfg.deadline_s, budget_usd=cfg.budget_usd)
+        self.scaler = Scaler(goal, cfg.max_servers) if goal else None
+        self.watch = GoalWatch(self.scaler.goal if self.scaler else None)
         self.redecide, self.next_decision_s = True, 0.0
         self.mix: Mix | None = None
-        self.over_budget_said = False  # the budget can no longer finish the run: said once
         self.measured = Measurements(
             self.scale, speeds.slowdown, job.micro_batch_size, job.global_batch_size, host_s,
-            self.cfg.startup_s,
+            cfg.startup_s,
         )  # fmt: skip
-        self._rates: dict[str, float] = {}
+        self.model = RunModel(spec, speeds, self.provider, self.measured, self.book, initial)
         self.started: float | None = None  # wall time the emulated clock started
         self.last_step_s: float | None = None  # emulated time the last step line was written
-        self.gave_up_after_s = max(self.cfg.scale_every_s, 3600.0) * 6
+        self.gave_up_after_s = max(cfg.scale_every_s, 3600.0) * 6
         self.alone_since_s: float | None = None  # emulated time the last worker went
-        self.restarts = self.cfg.recovery == "restart"
+        self.restarts = Restarts(spec.config, self.book) if cfg.recovery == "restart" else None
         self.failures = (0, 0)  # (step, workers failed on their own since it was trained)
         self.gave_up = False  # no more servers: the workers kept failing without progress
-        # --recovery restart: (steps done, wall time since t0, the checkpoint's step) when
-        # every worker was stopped, until the restarted group's first step line
-        self.restart_from: tuple[int, float, int, int] | None = None  # (..., its generation)
 
     @property
     def ctl(self):
@@ -123,10 +106,8 @@ class Driver:
     def _tiers(self) -> list[str]:
         return self.spec.tiers or ["on_demand"] * len(self.spec.kinds)
 
-    def _initial_counts(self):
-        kinds, tiers = self.spec.kinds, self._tiers()
-        for key in sorted(set(zip(kinds, tiers, strict=True))):
-            yield key, sum(k == key for k in zip(kinds, tiers, strict=True))
+    def _initial_counts(self) -> dict[tuple[str, str], int]:
+        return dict(sorted(Counter(zip(self.spec.kinds, self._tiers(), strict=True)).items()))
 
     def open_initial(self) -> None:
         """The --workers servers, requested at launch for the workers the controller starts."""
@@ -176,12 +157,12 @@ class Driver:
                 continue  # released by a restart earlier in this loop
             wid, state = book.worker_of.get(server), self._state(server)
             if self.restarts and now >= lease.revoke_at_s:
-                self._restart(server, now)
+                self.restarts.revoked(server, now, self._state)
                 continue
             warn_at = lease.revoke_at_s - (lease.notice_s or 0.0)
             # restart ignores the notice: the job is stopped at the revocation, as a managed
             # spot job is when its cluster is preempted
-            noticed = server in book.noticed or self.restarts
+            noticed = server in book.noticed or self.restarts is not None
             if lease.notice_s is not None and now >= warn_at and not noticed:
                 # the scaler weighs the mix without it now, as the simulator does at a notice:
                 # filling the last target instead re-bought a server the scaler would let go
@@ -200,49 +181,6 @@ class Driver:
                 book.revocations += 1
                 book.close(server, lease.revoke_at_s, "revoked")
                 self.redecide = self.redecide or lease.notice_s is None
-
-    def _restart(self, server: str, now: float) -> None:
-        """--recovery restart (SkyPilot's managed spot): a revocation stops every worker and
-        gives back every server; the held mix is requested again (each replacement pays the
-        start-up) and the new group loads the newest durable checkpoint. A revocation while
-        the replacements boot only replaces that server: nothing trains to be stopped."""
-        book = self.book
-        training = any(self._state(s) in ("member", "leaving") for s in book.leases)
-        victims = [server] + ([s for s in book.leases if s != server] if training else [])
-        if training and self.restart_from is None:
-            # the step the new group will load: the newest durable checkpoint now (the
-            # killed workers write no more; a redone step is not logged twice, so the step
-            # lines cannot tell it)
-            ckpt = latest_checkpoint_step(checkpoint_dir(self.spec.config)) or 0
-            stopped = (self.ctl.steps_done, time.time() - self.ctl.t0, ckpt)
-            self.restart_from = (*stopped, self.ctl.generation)
-        self.ctl.say(
-            f"server {server} revoked: "
-            + ("every worker restarts from the last durable checkpoint" if training else "replaced")
-        )
-        book.revocations += 1
-        for s in victims:
-            if self._state(s) != "gone":
-                self.ctl.pending.append(Event("kill", at_s=0.0, worker=book.worker_of.get(s)))
-            lease = book.leases[s]
-            t_s = lease.revoke_at_s if s == server else now
-            book.close(s, t_s, "revoked" if s == server else "released")
-
-    def _restarted(self, rec: StepLine) -> None:
-        """The first step line after a restart: the recover line, with the steps of work lost
-        (those done since the checkpoint it resumed from, and the one in flight, as a recovery
-        from peers counts its own) and the time from the stop to this line."""
-        steps_then, stopped_at, ckpt, _ = self.restart_from
-        self.restart_from = None
-        lost = max(0, steps_then + 1 - ckpt)
-        first = rec.workers[0] if rec.workers else None
-        line = MembershipEvent(
-            event="recover", worker=first.id if first else "?",
-            device=first.device if first else None, step=ckpt, wall_time_s=rec.wall_time_s,
-            recovery_time_s=rec.wall_time_s - stopped_at, lost_steps=lost,
-            detail=f"restart: every worker from the durable checkpoint of step {ckpt}",
-        )  # fmt: skip
-        append_line(self.ctl.metrics, line)
 
     def admissible(self, wid: str) -> bool:
         """A worker joins once its server is ready: its process starts at the request, so its
@@ -354,112 +292,36 @@ class Driver:
 
     # -- the scaler -----------------------------------------------------------------------
     def scenario(self) -> Scenario:
-        cfg = self.cfg
-        goal = {"deadline_s": cfg.deadline_s} if cfg.deadline else {"budget_usd": cfg.budget_usd}
-        provider = {
-            "kinds": list(cfg.kind_list), "seed": cfg.seed, "spot_lifetimes": cfg.spot_lifetimes,
-            "spot_trace": cfg.spot_trace and str(pathlib.Path(cfg.spot_trace).resolve()),
-            "startup_s": cfg.startup_s, "notice_s": cfg.notice_s,
-            "quota": [[k, t, n] for (k, t), n in sorted(cfg.quota_map.items())],
-            "outages": [list(o) for o in cfg.outage_list], "time_scale": cfg.time_scale,
-        }  # fmt: skip
-        m = self.measured
-        return Scenario(
-            steps=self.spec.config.steps,
-            micro_batch_size=m.micro_batch_size,
-            batch=tuple(m.batch),
-            host_s=m.host_s(),
-            slowdowns={k: self.speeds.slowdown[k] for k in sorted(self.speeds.slowdown)},
-            step_overhead_s=m.overhead_s(),
-            change_cost_s=m.change_cost_s(),
-            provider=provider,
-            goal=goal if cfg.autoscale else {},
-            max_servers=cfg.max_servers,
-            scale_every_s=cfg.scale_every_s,
-            autoscale=cfg.autoscale,
-            initial={f"{k}:{t}": n for (k, t), n in sorted(self._initial_counts())},
-            initial_ready=True,  # the --workers servers are ready when the clock starts
-            join_delay_s=join_delay_at(m.joins),
-            join_delays=tuple(m.joins),
-            checkpoint_every_s=self._checkpoint_every_s(),
-            restart_from_checkpoint=cfg.recovery == "restart",
-        )
-
-    def _checkpoint_every_s(self) -> float:
-        """The durable checkpoints' cadence in emulated seconds: --checkpoint-seconds (wall)
-        times the time scale, or --checkpoint-every steps at the run's mean step, whichever is
-        sooner (the replay's default, 600 s, when neither says: no step trained yet)."""
-        ck, done = self.spec.config.checkpoint, getattr(self.ctl, "steps_done", 0)
-        every = [ck.seconds * self.scale] if ck.seconds else []
-        if ck.every and done and self.last_step_s is not None and self.last_step_s > 0:
-            every.append(ck.every * (self.last_step_s - self.offset_s) / done)
-        return min((e for e in every if e > 0), default=600.0)
-
-    def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
-        """What the scaler weighs now: the scenario's numbers as measured so far (the same
-        step-time model `shoal simulate --scenario` replays, without re-reading the provider's
-        lifetimes on every decision)."""
-        m = self.measured
-        startup_s = m.startup_s()
-        return ScalerInput(
-            now_s=now,
-            steps_done=steps_done,
-            steps_total=self.spec.config.steps,
-            batch=tuple(m.batch),
-            step_time=m.step_time(kind_slowdowns(self.speeds.slowdown, self.provider.kinds)),
-            offers=[replace(o, startup_s=startup_s) for o in self.provider.offers(now)],
-            held=self.book.held(),
-            spent_usd=self.book.spent(now),
-            change_cost_s=m.change_cost_s(),
-            revocations_per_s=self.revocation_rate,
-        )
-
-    def revocation_rate(self, kind: str) -> float:
-        """Expected revocations per emulated second of a spot server of `kind` (cached)."""
-        if kind not in self._rates:  # the provider's own model: a Bamboo trace is any kind's
-            self._rates[kind] = revocation_rate(self.provider.model(kind), kind)
-        return self._rates[kind]
+        """This run, for `shoal simulate --scenario` (`runmodel.py`)."""
+        done = getattr(self.ctl, "steps_done", 0)
+        trained_s = None if self.last_step_s is None else self.last_step_s - self.offset_s
+        return self.model.scenario(done, trained_s)
 
     def check(self) -> None:
-        """Before any worker starts: the goal must be reachable (one line, exit 2, if not)."""
+        """Before any worker starts: the goal must be reachable (one line, exit 2, if not), at
+        the launcher's timing of the job on this host (`hostspeed.py`)."""
         if self.scaler:
-            check_goal(self.scaler.goal, self.scaler_input(0.0, 0))
+            check_goal(self.scaler.goal, self.model.scaler_input(0.0, 0))
 
     def _decide(self, now: float) -> None:
         periodic = now >= self.next_decision_s
         self.redecide = False
         if periodic:
             self.next_decision_s = now + self.cfg.scale_every_s
-        mix = self.scaler.decide(self.scaler_input(now, self.ctl.steps_done))
+        mix = self.scaler.decide(self.model.scaler_input(now, self.ctl.steps_done))
         changed = self.mix is None or mix.counts != self.mix.counts
         self.mix = mix
         if mix.counts:
             self.want = {k: n for k, n in mix.counts.items() if n}
-        say_over = self.scaler.goal.over_budget(mix.cost_usd) and not self.over_budget_said
-        if changed or periodic or say_over:
+        said = self.watch.first_miss(mix)  # no mix meets the goal: said once (goalwatch.py)
+        if changed or periodic or said:
             self.cost_line(now, mix)
-        if say_over:
-            self.over_budget_said = True
-            self._say_over_budget(now, mix)
-
-    def _say_over_budget(self, now: float, mix: Mix) -> None:
-        """No mix finishes within the budget any more (revocations bought dearer replacements,
-        or the estimates were low): the scaler holds the cheapest mix that finishes, and the
-        run goes on at it rather than stop and lose its work. Said once per run."""
-        spent, label = self.book.spent(now), lease_label(mix.counts)
-        if math.isfinite(mix.cost_usd):
-            why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the cheapest "
-            why, then = why + f"mix, {label}", "that mix"
-        else:
-            why, then = f"spent ${spent:.4f}; no mix is predicted to finish", label
-        self.ctl.say(
-            f"warning: the budget of ${self.scaler.goal.budget_usd:.4f} can no longer finish "
-            f"the run ({why}); continuing at {then}"
-        )
+        if said:
+            self.ctl.say(self.watch.warning(now, self.book.spent(now), mix))
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
-        over = mix is not None and self.scaler.goal.over_budget(mix.cost_usd)
-        spent = self.book.cost_line(now, mix, over)
+        over, late = self.watch.marks(mix) if mix is not None else (False, False)
+        spent = self.book.cost_line(now, mix, over, late)
         if mix is not None:
             self.ctl.say(
                 f"t={now:.0f}s: mix {lease_label(mix.counts)}; spent ${spent:.4f}; projected "
@@ -478,10 +340,8 @@ class Driver:
             return
         if not isinstance(rec, StepLine):
             return
-        # the restarted group's first line: a later generation (the stopped group's last steps,
-        # written after the stop, are not it: they made a recovery of 0.0007 s)
-        if self.restart_from and (rec.generation or 0) > self.restart_from[3]:
-            self._restarted(rec)
+        if self.restarts:  # the restarted group's first step line: the recover line
+            self.restarts.observe(rec)
         if rec.wall_time_s is not None and self.started is not None:
             since = (self.ctl.t0 + rec.wall_time_s - self.started) * self.scale
             self.last_step_s = self.offset_s + since
@@ -523,7 +383,8 @@ class Driver:
         if not self.measured.host:  # stopped before it measured the host: no scenario to replay
             return
         write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
-        self.ctl.say(f"cost ${self.book.ledger.total_usd:.4f}; {self.book.revocations} revocations")
+        book = self.book
+        self.ctl.say(self.watch.end_line(book.ledger.total_usd, book.revocations, now))
 
 
 def check_provider(spec, speeds, job, host_s: float | None) -> None:

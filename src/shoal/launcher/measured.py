@@ -12,7 +12,7 @@ WINDOW measurements (one slow step on a shared host moves nothing):
 
 They feed the scaler through the shared step-time model (`control.scaler.profile_step_time`,
 which `sim.scenario.step_time_model` replays) and go to `OUT/scenario.json` at the end, so
-that `shoal simulate --scenario` replays the run (`autoscale.Driver.scenario`).
+that `shoal simulate --scenario` replays the run: `runmodel.RunModel` hands them on.
 """
 
 from __future__ import annotations

@@ -385,7 +385,7 @@ def _restart_after_loss(w: Worker, group: Group) -> tuple[float, int, str, int] 
     trained: every holder of the state was lost, and the steps done since are done again. It
     counts from the controller's line for the last holder gone (a `fail`, whose step in flight
     is lost too, or a `leave`), written before this generation was published. Under
-    `--recovery restart` the controller logs the restarts it makes itself (autoscale.py)."""
+    `--recovery restart` the controller logs the restarts it makes itself (launcher/restart.py)."""
     if w.restored is None or group.generation == 0 or w.config.provider.recovery == "restart":
         return None
     records = read_metrics(w.writer.path) if w.writer.path.exists() else []

@@ -111,6 +111,21 @@ def test_a_held_server_is_kept_through_an_outage_of_its_offer():
     assert mix.counts == {("k80", "spot"): 1}  # cheapest that meets the deadline
 
 
+def test_a_goal_out_of_reach_is_the_rules_own_test():
+    """`Goal.past_deadline` and `Goal.over_budget` (the live run's warnings and cost-line marks)
+    are the rules the scaler decides by, with the same slack: a mix past the deadline is the
+    fastest the deadline rule falls back to, one just within it (float slack) is not past."""
+    assert Goal(deadline_s=3680).past_deadline(SPOT_FINISH)
+    assert not Goal(deadline_s=3680).past_deadline(3680 * (1 + 1e-12))
+    assert not Goal(budget_usd=0.1).past_deadline(math.inf)  # never under a budget
+    assert not Goal(deadline_s=1).over_budget(math.inf)  # never under a deadline
+    assert Goal(budget_usd=0.1).over_budget(0.11) and not Goal(budget_usd=0.1).over_budget(0.1)
+    late = Scaler(Goal(deadline_s=1000), max_servers=1).decide(make_input(K80_BOTH))
+    assert Goal(deadline_s=1000).past_deadline(late.finish_s)  # the fastest: 3665 s
+    met = Scaler(Goal(deadline_s=4000), max_servers=1).decide(make_input(K80_BOTH))
+    assert not Goal(deadline_s=4000).past_deadline(met.finish_s)
+
+
 def test_minimise_time_under_a_budget():
     # budget 0.30 USD: one K80 spot (0.26) fits, two (2 x 0.256 x 1865 s = 0.265) fit and are
     # faster; V100 spot alone costs 0.43 > 0.30

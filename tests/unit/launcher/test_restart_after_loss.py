@@ -46,7 +46,7 @@ def test_no_recovery_at_the_attempts_start_from_a_peer_or_for_the_restart_strate
     lines = [gone("fail", 7.5)]
     assert _restart_after_loss(worker(tmp_path, lines, 24), group(generation=0)) is None
     assert _restart_after_loss(worker(tmp_path, lines, 24, restored=None), group()) is None
-    # --recovery restart: the controller logs the restarts it makes (launcher/autoscale.py)
+    # --recovery restart: the controller logs the restarts it makes (launcher/restart.py)
     w = worker(tmp_path, lines, 24, recovery="restart")
     assert _restart_after_loss(w, group()) is None
     assert _restart_after_loss(worker(tmp_path, [], -1), group()) is None  # nothing was lost

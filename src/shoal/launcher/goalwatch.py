@@ -1,0 +1,73 @@
+"""What an autoscaled run says of its goal (`--budget` or `--deadline`) once it is out of reach.
+
+The launch check refuses a budget below one step and a deadline the fastest mix misses; later
+no mix may meet the goal any more (revocations bought dearer or slower replacements, the
+measured steps are slower than the launch estimate, or the goal was simply too tight). The
+scaler then holds the cheapest mix that finishes (a budget) or the fastest (a deadline), and
+the run goes on at it: stopping would lose the work paid for. It is said, in the run's style:
+- once per run, on the console, at the first decision that finds it (`warning`);
+- in each such decision's cost line: `over_budget` or `past_deadline` (`marks`);
+- at the end, in the console's cost line, when the spend went over the budget or the run
+  ended past its deadline, predicted or not (`end_line`).
+The tests are the scaler's own rules, with their slack (`Goal.over_budget`,
+`Goal.past_deadline`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from shoal.control.scaler import Goal, Mix
+from shoal.launcher.leases import lease_label
+
+
+class GoalWatch:
+    """The goal of one run (None: a fixed mix, no goal) and whether its miss was said."""
+
+    def __init__(self, goal: Goal | None) -> None:
+        self.goal = goal
+        self.said = False  # the goal can no longer be met: said once
+
+    def marks(self, mix: Mix) -> tuple[bool, bool]:
+        """A decision's (over_budget, past_deadline): no mix meets the goal, `mix` is the
+        scaler's fallback."""
+        goal = self.goal
+        return goal.over_budget(mix.cost_usd), goal.past_deadline(mix.finish_s)
+
+    def first_miss(self, mix: Mix) -> bool:
+        """Whether this decision is the run's first to miss the goal (it is said now)."""
+        if self.said or not any(self.marks(mix)):
+            return False
+        self.said = True
+        return True
+
+    def warning(self, now: float, spent: float, mix: Mix) -> str:
+        """The console's warning at the first miss, at emulated `now` with `spent` so far."""
+        goal, label = self.goal, lease_label(mix.counts)
+        if goal.budget_usd is not None:
+            if math.isfinite(mix.cost_usd):
+                why = f"spent ${spent:.4f}, ${mix.cost_usd - spent:.4f} more needed at the "
+                why, then = why + f"cheapest mix, {label}", "that mix"
+            else:
+                why, then = f"spent ${spent:.4f}; no mix is predicted to finish", label
+            missed = f"the budget of ${goal.budget_usd:.4f} can no longer finish the run"
+        else:
+            if math.isfinite(mix.finish_s):
+                why = f"at {now:.0f} s the fastest mix finishes at {mix.finish_s:.0f} s, on {label}"
+                then = "that mix"
+            else:
+                why, then = f"at {now:.0f} s no mix is predicted to finish", label
+            missed = f"the deadline of {goal.deadline_s:.0f} s can no longer be met"
+        return f"warning: {missed} ({why}); continuing at {then}"
+
+    def end_line(self, total_usd: float, revocations: int, end_s: float) -> str:
+        """The end's console cost line: the spend and the revocations, and, briefly, a budget
+        the spend went over or a deadline the run ended after (emulated `end_s`)."""
+        goal = self.goal
+        line = f"cost ${total_usd:.4f}"
+        if goal and goal.over_budget(total_usd):
+            line += f", over the budget of ${goal.budget_usd:.4f}"
+        line += f"; {revocations} revocations"
+        if goal and goal.past_deadline(end_s):
+            line += f"; ended at {end_s:.0f} s, past the deadline of {goal.deadline_s:.0f} s"
+        return line
