@@ -30,8 +30,8 @@ single-GPU nodes (its trace's placement "111"; cifar10 for digits, bert for the 
 as a ratio to the compute of the initial step: sync / compute = 1.18 (cifar10) and 1.78 (bert).
 A short calibration run fixes 1.25x the host's time per micro-batch as every run's yardstick
 (SHOAL_EMULATED_HOST_S, which paces every kind, the fastest too) and sets
-SHOAL_EMULATED_SYNC_S to the ratio x the initial step's compute; the adaptive policies'
-throughput model is told the same (`--batch-sync`).
+SHOAL_EMULATED_SYNC_S to the ratio x the initial step's compute; the throughput model of the
+policies that weigh throughput (pollux, shoal) is told the same (`--batch-sync`; jabas has none).
 `--exchange none`: loopback's exchange only (milliseconds), where a step's time is nearly linear
 in its batch, and a larger batch buys almost no throughput.
 
@@ -174,7 +174,9 @@ def side_flags(side: str, task: str, args, calibrating=False) -> tuple[dict, lis
     options["global_batch_size"] = small
     flags = ["--batch-policy", side, "--batch-bounds", f"{small}:{large}"]
     flags += ["--batch-every", str(args.batch_every), "--lr-scaling", "sqrt"]
-    if args.exchange[task]["sync_micro_batches"]:  # the policy's model knows the exchange
+    # the policy's model knows the exchange (jabas has no model: shoal run warns that the flag
+    # would change nothing)
+    if side in ("pollux", "shoal") and args.exchange[task]["sync_micro_batches"]:
         flags += ["--batch-sync", f"{args.exchange[task]['sync_micro_batches']:.4f}"]
     return options, flags
 

@@ -53,11 +53,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         # the catalog's slowdown per worker (spec.py), not SHOAL_SLOWDOWN, a torchrun knob
         emulation=EmulationConfig.from_environ({**os.environ, "SHOAL_SLOWDOWN": ""}),
     )
-    workers = worker_kinds(args.workers, config)
-    if config.batch.reference is None:  # the policy's throughput model: these workers' priors
-        batch = dataclasses.replace(config.batch, reference=workers)
-        config = dataclasses.replace(config, batch=batch)
+    # --batch-reference left unset is the launcher's to fill from the workers (spec.py
+    # `with_implied_reference`), once check_batch has told a given one from none
     if config.provider.name and not config.provider.kinds:  # the scaler buys these kinds
+        workers = worker_kinds(args.workers, config)
         kinds = ",".join(dict.fromkeys(load_devices().parse_workers(workers)))  # not "2xk80"
         provider = dataclasses.replace(config.provider, kinds=kinds)
         config = dataclasses.replace(config, provider=provider)

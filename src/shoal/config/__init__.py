@@ -118,7 +118,8 @@ class BatchConfig:
     """Adaptive global batch size: the policy deciding it and its knobs. A field left unset
     (None) takes the job's value (`Job.batch_policy`, `Job.batch_options`), else the default
     named in its help. The policy itself is built, and its knobs checked, by
-    `shoal.control.batch_policy.make_policy`, in the launcher before any worker starts."""
+    `shoal.control.batch_policy.make_policy`, in the launcher before any worker starts; a knob
+    given that the run's policy does not read (any, with the fixed policy) is refused there."""
 
     policy: str | None = field(
         default=None,
@@ -132,8 +133,9 @@ class BatchConfig:
         default=None,
         metadata=option(
             "--batch-bounds",
-            "global batch bounds in samples, multiples of the micro-batch size "
-            "(default: one micro-batch to the larger of an epoch and the job's batch)",
+            "with an adaptive policy: global batch bounds in samples, multiples of the "
+            "micro-batch size (default: one micro-batch to the larger of an epoch and the "
+            "job's batch)",
             metavar="LOW:HIGH",
         ),
     )
@@ -141,7 +143,8 @@ class BatchConfig:
         default=None,
         metadata=option(
             "--batch-every",
-            "decide the batch (and measure gradient similarity) every P steps (default 100)",
+            "with an adaptive policy: decide the batch (and measure gradient similarity) every "
+            "P steps (default 100)",
             metavar="P",
         ),
     )
@@ -149,7 +152,8 @@ class BatchConfig:
         default=None,
         metadata=option(
             "--lr-scaling",
-            "learning-rate rule as the batch changes: none, linear, sqrt, adascale (default none)",
+            "with an adaptive policy: learning-rate rule as the batch changes: none, linear, "
+            "sqrt, adascale (default none)",
             metavar="RULE",
         ),
     )
@@ -157,18 +161,19 @@ class BatchConfig:
         default=None,
         metadata=option(
             "--batch-reference",
-            "device kinds whose priors give the policy's throughput model, the same on any "
-            "layout (default: shoal run's --workers; under torchrun one worker)",
+            "with pollux or shoal: device kinds whose priors give the policy's throughput "
+            "model, the same on any layout (default: shoal run's --workers; under torchrun one "
+            "worker)",
             metavar="KINDS",
         ),
     )
-    sync: float = field(
-        default=0.0,
+    sync: float | None = field(
+        default=None,
         metadata=option(
             "--batch-sync",
-            "per-step gradient synchronisation in the policy's throughput model, in micro-batch "
-            "times of the reference's fastest kind (default 0; e.g. 1.4: a step's exchange "
-            "takes 1.4 micro-batches' compute)",
+            "with pollux or shoal: per-step gradient synchronisation in the policy's throughput "
+            "model, in micro-batch times of the reference's fastest kind (default 0; e.g. 1.4: "
+            "a step's exchange takes 1.4 micro-batches' compute)",
             metavar="MICRO_BATCHES",
         ),
     )
@@ -176,7 +181,8 @@ class BatchConfig:
         default=(),
         metadata=option(
             "--batch-option",
-            "a policy parameter, e.g. gamma=0.1, alpha=0.1 (repeatable)",
+            "with an adaptive policy: one of its parameters, e.g. gamma=0.1, alpha=0.1 "
+            "(repeatable)",
             metavar="KEY=VALUE",
         ),
     )
@@ -185,6 +191,21 @@ class BatchConfig:
         at_least(self.every, 1, "--batch-every")
         at_least(self.sync, 0, "--batch-sync")
         object.__setattr__(self, "options", tuple(self.options))
+
+    @property
+    def effective_sync(self) -> float:
+        """--batch-sync as a policy weighing throughput uses it: the flag's, else 0."""
+        return 0.0 if self.sync is None else float(self.sync)
+
+    def given_knobs(self) -> list[str]:
+        """The flags of the knobs given, --batch-policy aside: a field left None (or no
+        --batch-option) is "not given", so that a knob the run's policy does not read is
+        refused or warned about (`runtime/batching.py` `check_batch`), not silently ignored."""
+        return [
+            f.metadata["flag"]
+            for f in dataclasses.fields(self)
+            if f.name != "policy" and getattr(self, f.name) not in (None, ())
+        ]
 
 
 @dataclass(frozen=True)

@@ -383,6 +383,8 @@ def _parse_ramp(text: str, by_loss: bool) -> list[tuple[int, float]]:
 _CLASSES = {
     c.name: c for c in (FixedPolicy, JabasPolicy, PolluxPolicy, SchedulePolicy, ShoalPolicy)
 }
+# the policies whose decisions read the throughput model (--batch-reference, --batch-sync)
+THROUGHPUT_POLICIES: tuple[str, ...] = tuple(n for n, c in _CLASSES.items() if c.uses_throughput)
 
 
 def make_policy(

@@ -285,8 +285,9 @@ _HINT_OWN = {"job", "--steps", "--out", "--resume"}
 
 
 def _implied_by_workers(spec: RunSpec) -> dict[str, str]:
-    """Flags `shoal run` sets from --workers when they are not given (cli/run.py): the batch
-    policy's reference kinds and the kinds a provider's scaler buys."""
+    """Flags `shoal run` sets from --workers when they are not given: the batch policy's
+    reference kinds (launcher/spec.py `with_implied_reference`) and the kinds a provider's
+    scaler buys (cli/run.py)."""
     from shoal.perf.devices import load_devices  # numpy: only when a hint is written
 
     implied = {"--kinds": ",".join(dict.fromkeys(spec.kinds))}

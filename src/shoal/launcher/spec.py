@@ -132,7 +132,7 @@ def check_run(spec: RunSpec) -> Speeds:
 def check_slow_link(config: RunConfig, job) -> None:
     """The slow-link flags against the rest of the run: an adaptive batch policy (the flag's or
     the job's) is refused with --compress or --local-steps; --sites alone, which changes
-    nothing, is warned about (as --batch-bounds with the fixed policy is), and so is the lazy
+    nothing, is warned about (as --batch-reference with jabas is), and so is the lazy
     step where the job's optimizer has none (the workers fall back to the dense step)."""
     link = config.link
     policy = policy_for(config.batch, job, config.consistency).name
@@ -202,6 +202,7 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     from shoal.launcher.supervisor import Controller
 
     speeds = check_run(spec)
+    spec = with_implied_reference(spec)
     never = unreachable_events(spec)
     for e in never:
         sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
@@ -211,6 +212,17 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
     run = lambda: Controller(spec, speeds, show_progress, verbose, driver).run()  # noqa: E731
     return run_in_directory(spec.config, run)
+
+
+def with_implied_reference(spec: RunSpec) -> RunSpec:
+    """The run with `shoal run`'s default --batch-reference, its workers' kinds (the throughput
+    model of pollux and shoal: these workers' priors), set after check_run: a reference given
+    with a policy that weighs no throughput is warned about, one implied is not."""
+    batch = spec.config.batch
+    if batch.reference is not None or not spec.kinds:
+        return spec
+    batch = dataclasses.replace(batch, reference=",".join(spec.kinds))
+    return dataclasses.replace(spec, config=dataclasses.replace(spec.config, batch=batch))
 
 
 def provider_driver(spec: RunSpec, speeds: Speeds):

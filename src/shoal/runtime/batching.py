@@ -20,6 +20,7 @@ from typing import Any
 
 from shoal.config import BatchConfig
 from shoal.control.batch_policy import (
+    THROUGHPUT_POLICIES,
     BatchContext,
     BatchPolicy,
     make_policy,
@@ -32,6 +33,19 @@ from shoal.job import Job, parse_options
 from shoal.perf.devices import load_devices
 
 _NAMED = ("bounds", "every", "lr_scaling")  # Job.batch_options keys that are make_policy's own
+_THROUGHPUT_KNOBS = ("--batch-reference", "--batch-sync")  # read by THROUGHPUT_POLICIES only
+
+
+def policy_name(config: BatchConfig, job: Job) -> str:
+    """The run's policy: --batch-policy, else the job's `batch_policy`, else fixed."""
+    return config.policy or job.batch_policy or "fixed"
+
+
+def policy_source(config: BatchConfig, job: Job) -> str:
+    """Where the run's policy comes from, for a message: `{source} {name}`."""
+    if config.policy:
+        return "--batch-policy"
+    return "the job's batch_policy" if job.batch_policy else "the default policy"
 
 
 def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> BatchPolicy:
@@ -40,7 +54,7 @@ def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> Bat
     params = dict(job.batch_options)
     named = {k: params.pop(k) for k in _NAMED if k in params}
     params.update(parse_options(list(config.options)))
-    name = config.policy or job.batch_policy or "fixed"
+    name = policy_name(config, job)
     policy = make_policy(
         name,
         micro_batch_size=job.micro_batch_size,
@@ -63,15 +77,35 @@ def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> Bat
     return policy
 
 
-def check_batch(config: BatchConfig, job: Job, consistency: str) -> None:
-    """What a worker would trip on, for the launcher to refuse before any worker starts."""
+def check_batch(config: BatchConfig, job: Job, consistency: str, warn: bool = True) -> None:
+    """What a worker would trip on, for the launcher to refuse before any worker starts (a
+    torchrun worker checks its own flags: no launcher saw them with the job). A knob given that
+    the run's policy would not read is not ignored silently: with the fixed policy, which
+    reads none, it is refused (the run is not the adaptive one asked for); --batch-reference
+    and --batch-sync with an adaptive policy weighing no throughput (jabas, schedule) are
+    warned about (`warn`), since one set of knobs may serve runs of several policies."""
+    name, source = policy_name(config, job), policy_source(config, job)
+    given = config.given_knobs()
+    if name == "fixed" and given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise UserError(f"{_listed(given)} {verb} an adaptive --batch-policy ({source} is fixed)")
     policy = policy_for(config, job, consistency)
-    if policy.name != "fixed":
-        reference_priors(config.reference, job)  # unknown kinds
-    elif config.bounds:
+    if policy.name == "fixed":
+        return
+    reference_priors(config.reference, job)  # unknown kinds
+    unread = [flag for flag in given if flag in _THROUGHPUT_KNOBS]
+    if unread and not policy.uses_throughput and warn:
+        verb = "has" if len(unread) == 1 else "have"
         sys.stderr.write(
-            "shoal: warning: --batch-bounds has no effect with the fixed batch policy\n"
+            f"shoal: warning: {_listed(unread)} {verb} no effect with {source} {name}: only "
+            f"{_listed(THROUGHPUT_POLICIES)} weigh throughput\n"
         )
+
+
+def _listed(words) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    words = list(words)
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def batch_settings(config: BatchConfig, job: Job, consistency: str = "exact") -> dict[str, Any]:
@@ -90,7 +124,7 @@ def batch_settings(config: BatchConfig, job: Job, consistency: str = "exact") ->
         if config.reference:
             devices = load_devices()
             kinds = [devices.check(k) for k in devices.parse_workers(config.reference)]
-        settings.update(reference=kinds, sync=float(config.sync))
+        settings.update(reference=kinds, sync=config.effective_sync)
     return settings
 
 
@@ -147,7 +181,7 @@ class AdaptiveBatch:
         if self.measuring:
             priors = reference_priors(config.reference, job)
             # the per-step exchange in the same prior units: --batch-sync fastest micro-batches
-            sync = config.sync * min(priors)
+            sync = config.effective_sync * min(priors)
             self.throughput = throughput_model(job.micro_batch_size, priors, sync)
 
     def context(self, cap_micro_batches: int | None) -> BatchContext:

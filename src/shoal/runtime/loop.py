@@ -40,6 +40,7 @@ from shoal.job import Job, build_job, load_job_file, parse_options
 from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.plan.assign import NotEnoughCapacity
 from shoal.runtime import outputs
+from shoal.runtime.batching import check_batch
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
 from shoal.runtime.finite import NonFiniteStep
 from shoal.runtime.local_update import LocalUpdate
@@ -190,6 +191,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     """Build the job and the model, then announce this worker to its membership."""
     options = parse_options(list(config.options))
     job = build_job(load_job_file(config.job), options, config.seed)
+    if RunConfig.from_env() is None:  # torchrun's: no launcher checked the flags with the job
+        check_batch(config.batch, job, config.consistency, warn=os.environ.get("RANK", "0") == "0")
     out = outputs.prepare_out_dir(config.out)
     trainer = Trainer(
         job,

@@ -481,6 +481,7 @@ def test_resume_hint_gives_every_flag_the_run_was_given(tmp_path):
     needs: without them it is refused as another job, or continues another way."""
     from shoal.cli import build_parser
     from shoal.cli.run import config_from_args
+    from shoal.launcher.spec import with_implied_reference
 
     out = tmp_path / "run"
     checkpoint(out, 4)
@@ -504,9 +505,11 @@ def test_resume_hint_gives_every_flag_the_run_was_given(tmp_path):
     words = shlex.split(hint.split(" with: ", 1)[1])
     resumed = config_from_args(build_parser().parse_args(words[1:]))
     # the reference shoal run sets from --workers is not repeated; it names the same kinds
-    assert "--batch-reference" not in words and resumed.batch.reference == "k80,k80,v100"
-    batch = dataclasses.replace(cfg.batch, reference=resumed.batch.reference)
-    assert resumed == dataclasses.replace(cfg, batch=batch, emulation=resumed.emulation)
+    assert "--batch-reference" not in words and resumed.batch.reference is None
+    implied = with_implied_reference(RunSpec(resumed, ["k80", "k80", "v100"])).config
+    assert implied.batch.reference == "k80,k80,v100"
+    batch = dataclasses.replace(cfg.batch, reference=implied.batch.reference)
+    assert implied == dataclasses.replace(cfg, batch=batch, emulation=resumed.emulation)
     local = dataclasses.replace(cfg, link=SlowLinkConfig(local_steps=4, outer_overlap=2))
     words = shlex.split(resume_hint(RunSpec(local, ["k80"])).split(" with: ", 1)[1])
     assert config_from_args(build_parser().parse_args(words[1:])).link == local.link
