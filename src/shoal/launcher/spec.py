@@ -7,7 +7,7 @@ TCPStore on 127.0.0.1, starts workers (`python -m shoal.worker`) with their devi
 the slowdown that makes a CPU process run at that kind's speed relative to the fastest kind
 (from the catalog's measured throughputs), injects the `--events`, watches the processes, and
 publishes each new generation of the group when its membership changes (see
-`shoal.runtime.membership` for the protocol; `supervisor.py` for the decisions).
+`shoal.runtime.membership` for the protocol; `generations.py` for the decisions).
 """
 
 from __future__ import annotations

@@ -283,7 +283,8 @@ class StepReducer:
             self.exchange.rollback()
             self.fixed.probe_next = True
             return False
-        merged = self.exchange.advance(self.device) if self.exchange.pipeline else self._merged
+        pipeline = self.exchange.pipeline  # sites_pipeline.py
+        merged = pipeline.advance(self.device) if pipeline else self._merged
         self._update = merged is not None
         if merged is None:  # nothing to apply: the trainer skips the optimizer's step
             self.fixed.flat_grad.zero_()

@@ -31,13 +31,10 @@ on in the site broadcast: every worker takes the same decision for the next step
 is training state too. Its decisions depend on measured times, so a replay gives the same
 digest only with a fixed keep ratio.
 
-`--pipeline` (staleness 1, per step): the step's scalars still cross the sites synchronously
-(its losses, flags and overflow are its own decisions), but its packed messages go out in an
-asynchronous all-gather between the leaders (gloo `async_op`, on a leaders' group of its own
-so the next step's scalars never queue behind them) and are merged at the end of the next
-step, whose update they become (`advance`). The messages not yet applied are each site's
-training state, beside its residuals; a new group, a resume or a rollback gathers them again
-synchronously (docs/consistency.md states the arithmetic and the membership rule).
+`--pipeline` (staleness 1, per step; `sites_pipeline.py`): the step's scalars still cross the
+sites synchronously, but its packets are merged at the end of the next step, whose update
+they become. The packets not yet applied (`pending`) are each site's training state, beside
+its residuals.
 """
 
 from __future__ import annotations
@@ -65,13 +62,10 @@ from shoal.runtime.membership import (
     collective,
     peer_failures,
 )
+from shoal.runtime.sites_pipeline import SitePipeline
 
 SAMPLE_FLOATS = 3  # agreed by the leaders: exchange_s, compute_s, fixed cost (overhead_s)
 MIN_SECONDS = 1e-6  # a timing of zero would be refused by the controller
-
-
-def _float_bytes(values: list[float], device) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float64).view(torch.uint8).to(device)
 
 
 def _sum_int64(chunks: list[torch.Tensor]) -> torch.Tensor:
@@ -127,16 +121,12 @@ class SiteExchange:
 
     def __init__(self, params: list[torch.nn.Parameter], link: SlowLinkConfig):
         self.mode, self.fixed_keep = parse_compress(link.compress)
-        self.pipeline = link.pipeline  # staleness 1 (see the module docstring)
+        # --pipeline (staleness 1, see the module docstring); None: a step merges its own packets
+        self.pipeline = SitePipeline(self) if link.pipeline else None
         # by site key: the packets the site sent last and whose merge is not applied yet (keep
         # ratio, uint8 payload); training state, kept and handed over with the residuals
         self.pending: dict[str, tuple[float, torch.Tensor]] = {}
-        self._in_flight: float | None = None  # keep ratio of the gather launched last step
-        self._work = self._chunks = None  # that gather's handle and buffers (leaders only)
-        self.pipe_group = None  # leaders' group for that gather, apart from the scalars'
-        self._prior: tuple[float, torch.Tensor] | None = None  # pending at the step's start
-        self._headers: list[list[float]] = []  # per site: [holds pending packets, their keep]
-        self._exposed_s = 0.0
+        self.pipe_group = None  # leaders' group for the pipeline's gather, apart from the scalars'
         self.spec = link.sites
         self.selector = "topk" if self.mode == "topk" else "block"
         self.sizes = [p.numel() for p in params]
@@ -162,7 +152,8 @@ class SiteExchange:
         self.site = next(s for s in self.sites if group.rank in s.ranks)
         self.site_group = self.leaders = self.pipe_group = None
         self._groups_made = group.world_size == 1
-        self.drop_in_flight()  # a new group redoes the pending exchange synchronously
+        if self.pipeline:  # a new group redoes the pending exchange synchronously
+            self.pipeline.drop_in_flight()
         if self.controller is not None:
             self.controller.num_sites = len(self.sites)
 
@@ -199,13 +190,13 @@ class SiteExchange:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`message`: this worker's int64 step message (gradient integers, then the rest);
         `unit`: the grid's per-entry 2**(E-P)/M; `step`: the step computed. Returns (the
-        merged mean gradient, fp32, or None when pipelined (`advance` gives it); the whole
-        group's summed rest of the message, int64)."""
+        merged mean gradient, fp32, or None when pipelined (`pipeline.advance` gives it); the
+        whole group's summed rest of the message, int64)."""
         numel = unit.numel()
         if not self._groups_made:
             self._make_groups()
         if self.site_group is not None:
-            self._collective(dist.all_reduce, message, group=self.site_group)
+            self.site_collective(dist.all_reduce, message, group=self.site_group)
         # the exact engine's decode, on the site's integers: the site's share of the mean
         share = message[:numel].to(torch.float64).mul_(unit).to(torch.float32)
         keep, key = self.keep_ratio(), self.site.key
@@ -217,20 +208,20 @@ class SiteExchange:
         payload = self._compress(feedback, share, keep)
         self.tags[key] = step + 1
         if self.pipeline:
-            self._prior = self.pending.get(key)  # applied at this step's end
+            self.pipeline.prior = self.pending.get(key)  # applied at this step's end
             self.pending[key] = (keep, payload)
         self.kept[key] = (step + 1, self._site_state(key))
         if self.pipeline:
-            return None, self._sum_scalars(rest)
+            return None, _sum_int64(self.pipeline.scalars(rest))
         mine = torch.cat([rest.view(torch.uint8), payload])
         chunks = [mine] if len(self.sites) == 1 else self._gather(mine, keep, compute_s)
         if len(self.sites) == 1:
             self.record = None
         width = rest.numel() * 8
-        merged = self._merge([c[width:] for c in chunks], keep, share.device)
+        merged = self.merge([c[width:] for c in chunks], keep, share.device)
         return merged, _sum_int64([c[:width] for c in chunks])
 
-    def _collective(self, fn, *args, **kwargs) -> None:
+    def site_collective(self, fn, *args, **kwargs) -> None:
         """A collective on a site or leaders' group. On a peer's failure this worker lets go
         of those groups: destroying the default group frees them only once nothing holds them,
         and until then their sockets stay open, so a peer waiting here (a leader whose only
@@ -247,7 +238,7 @@ class SiteExchange:
         self.tags[self.site.key] = self._snapshot_tag
         self.kept.pop(self.site.key, None)
 
-    def _sizes(self, keep: float) -> list[int]:
+    def packet_sizes(self, keep: float) -> list[int]:
         if keep >= 1.0:
             return [4 * n for n in self.sizes]
         return [message_bytes(n, entries(n, keep)) for n in self.sizes]
@@ -265,12 +256,12 @@ class SiteExchange:
                 parts.append(feedback.compress(name, g))
         return torch.cat(parts)
 
-    def _merge(self, payloads: list[torch.Tensor], keep: float, device) -> torch.Tensor:
+    def merge(self, payloads: list[torch.Tensor], keep: float, device) -> torch.Tensor:
         """Sum of the sites' shares as sent, in site order (each is already divided by M)."""
         dense = torch.zeros(sum(self.sizes), dtype=torch.float32, device=device)
         offset, at = 0, 0
         self.touched = None if keep >= 1.0 else torch.zeros_like(dense, dtype=torch.bool)
-        for n, nbytes in zip(self.sizes, self._sizes(keep), strict=True):
+        for n, nbytes in zip(self.sizes, self.packet_sizes(keep), strict=True):
             out = dense[offset : offset + n]
             for i, payload in enumerate(payloads):
                 part = payload[at : at + nbytes]
@@ -293,16 +284,16 @@ class SiteExchange:
         if self.leaders is not None:
             chunks = [torch.empty_like(mine) for _ in range(num_sites)]
             t0 = time.perf_counter()
-            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
+            self.site_collective(dist.all_gather, chunks, mine, group=self.leaders)
             t1 = time.perf_counter()
             sample = torch.tensor([t1 - t0, compute_s, self.overhead_s], dtype=torch.float64)
             samples = [torch.empty_like(sample) for _ in range(num_sites)]
-            self._collective(dist.all_gather, samples, sample.to(device), group=self.leaders)
+            self.site_collective(dist.all_gather, samples, sample.to(device), group=self.leaders)
             self.overhead_s = time.perf_counter() - t1  # a tiny exchange: the link's fixed cost
             agreed = torch.stack(samples).amax(0)
             packet = torch.cat([*chunks, agreed.view(torch.uint8)])
         if self.site_group is not None:
-            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
+            self.site_collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
         agreed = packet[-8 * SAMPLE_FLOATS :].clone().view(torch.float64).tolist()
         self._observe(agreed, mine.numel(), keep)
         return list(packet[: -8 * SAMPLE_FLOATS].view(num_sites, -1))
@@ -318,108 +309,6 @@ class SiteExchange:
         }
         if self.controller is not None:
             self.controller.observe(LinkSample(sent, exchange_s, compute_s, overhead_s))
-
-    # -- staleness 1 (--pipeline) ----------------------------------------------------------
-    def _sum_scalars(self, rest: torch.Tensor) -> torch.Tensor:
-        """Pipelined: the step's scalars cross the links now (overflow, losses and membership
-        flags are this step's decisions), with a header per site (whether it holds pending
-        packets, at which keep ratio) for a synchronous redo. Returns the summed scalars."""
-        width, num_sites = rest.numel() * 8, len(self.sites)
-        prior = self._prior
-        header = [float(prior is not None), prior[0] if prior else 0.0]
-        mine = torch.cat([rest.view(torch.uint8), _float_bytes(header, rest.device)])
-        self._exposed_s = 0.0  # the seconds this step waited on the links (the leaders')
-        packet = mine
-        if num_sites > 1:
-            packet, self._exposed_s = self._gather_packets(mine)
-        chunks = packet.view(num_sites, -1)
-        self._headers = chunks[:, width:].clone().view(torch.float64).tolist()
-        return _sum_int64(list(chunks[:, :width]))
-
-    def _gather_packets(self, mine: torch.Tensor) -> tuple[torch.Tensor, float]:
-        """Every site's `mine`, in site order, on every worker: the leaders all-gather, then
-        each leader broadcasts the result in its site. Also the all-gather's seconds (0 off
-        the leaders)."""
-        num_sites, seconds = len(self.sites), 0.0
-        if self.leaders is not None:
-            chunks = [torch.empty_like(mine) for _ in range(num_sites)]
-            t0 = time.perf_counter()
-            self._collective(dist.all_gather, chunks, mine, group=self.leaders)
-            seconds = time.perf_counter() - t0
-            packet = torch.cat(chunks)
-        else:
-            packet = torch.empty(num_sites * mine.numel(), dtype=torch.uint8, device=mine.device)
-        if self.site_group is not None:
-            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
-        return packet, seconds
-
-    def advance(self, device: torch.device) -> torch.Tensor | None:
-        """Pipelined, once the step is usable (no overflow): the merged gradient of the packets
-        that were pending at the step's start (None if no site held any: the first step), and
-        this step's packets sent on their way, to be merged at the next step's end. The merge
-        comes from the gather launched last step when it runs in this group, else from a
-        synchronous gather of the pending packets now (after a regroup, a resume, a rollback):
-        the same packets, merged in the same site order, give the same bits either way."""
-        t0 = time.perf_counter()
-        if len(self.sites) == 1:
-            prior = self._prior
-            merged = None if prior is None else self._merge([prior[1]], prior[0], device)
-        elif self._in_flight is not None:
-            merged = self._arrive(device)
-        else:
-            merged = self._redo(device)
-        self.drop_in_flight()
-        keep, payload = self.pending[self.site.key]
-        if len(self.sites) > 1:
-            self._in_flight = keep
-            if self.pipe_group is not None:
-                self._chunks = [torch.empty_like(payload) for _ in self.sites]
-                with peer_failures():
-                    self._work = dist.all_gather(
-                        self._chunks, payload, group=self.pipe_group, async_op=True
-                    )
-        exposed_s = self._exposed_s + time.perf_counter() - t0
-        sent = (len(self.sites) - 1) * payload.numel()
-        self.record = None if len(self.sites) == 1 else {
-            "keep_ratio": keep,
-            "sent_bytes": sent,
-            "exchange_s": exposed_s,  # the exposed part only: the rest ran under compute
-        }  # fmt: skip
-        return merged
-
-    def _arrive(self, device: torch.device) -> torch.Tensor:
-        """Wait for the gather launched last step; the leader broadcasts it in its site."""
-        keep, num_sites = self._in_flight, len(self.sites)
-        size = sum(self._sizes(keep))
-        if self._work is not None:
-            with peer_failures():
-                self._work.wait()
-            packet = torch.cat(self._chunks)
-        else:
-            packet = torch.empty(num_sites * size, dtype=torch.uint8, device=device)
-        if self.site_group is not None:
-            self._collective(dist.broadcast, packet, self.site.ranks[0], group=self.site_group)
-        return self._merge(list(packet.view(num_sites, -1)), keep, device)
-
-    def _redo(self, device: torch.device) -> torch.Tensor | None:
-        """The pending packets gathered synchronously in this group; a site that holds none
-        (every member lost, a new site) contributes nothing (see docs/consistency.md)."""
-        holding = [i for i, (has, _) in enumerate(self._headers) if has > 0]
-        if not holding:
-            return None
-        keeps = {self._headers[i][1] for i in holding}
-        assert len(keeps) == 1, f"pending packets at different keep ratios: {keeps}"
-        keep = keeps.pop()
-        size, num_sites = sum(self._sizes(keep)), len(self.sites)
-        prior = self._prior
-        mine = prior[1] if prior else torch.zeros(size, dtype=torch.uint8, device=device)
-        assert mine.numel() == size
-        chunks = self._gather_packets(mine)[0].view(num_sites, -1)
-        return self._merge([chunks[i] for i in holding], keep, device)
-
-    def drop_in_flight(self) -> None:
-        """Forget the gather launched last step (its packets stay pending, as state)."""
-        self._in_flight, self._work, self._chunks = None, None, None
 
     # -- state -----------------------------------------------------------------------------
     def _site_state(self, key: str) -> dict:
@@ -448,7 +337,8 @@ class SiteExchange:
         self.feedback, self.pending = {}, {}
         for key, saved in state.get("feedback", {}).items():
             self._load_site(key, saved)
-        self.drop_in_flight()  # a step rolled back, or a state from elsewhere: redo it
+        if self.pipeline:  # a step rolled back, or a state from elsewhere: redo it
+            self.pipeline.drop_in_flight()
         self.tags = {k: int(v) for k, v in state.get("tags", {}).items()}
         if self.controller is not None and state.get("controller"):
             self.controller.load_state_dict(state["controller"])

@@ -25,7 +25,7 @@ choose a new M for the next step (`Rebalancer.resize`): the data stream simply c
 applied around `optimizer.step()` only, so the user's scheduler never sees it.
 
 With `--compress ... --pipeline` the gradient the step applies is the previous step's merged
-one (`sites.py`): its exchange ran under this step's compute. The first step has none to
+one (`sites_pipeline.py`): its exchange ran under this step's compute. The first step has none to
 apply, so neither the optimizer nor the scheduler steps (`StepOutcome.update`).
 """
 

@@ -6,7 +6,7 @@ import types
 import pytest
 
 from shoal.config import RunConfig
-from shoal.launcher import supervisor
+from shoal.launcher import generations, supervisor
 from shoal.launcher.spec import RunSpec, Speeds
 
 
@@ -40,7 +40,7 @@ def test_the_last_call_ends(ctl, monkeypatch):
     ready(ctl, "w1")
     ctl.admit_and_regroup()
     assert ctl.members == ["w0"]
-    monkeypatch.setattr(supervisor, "LAST_CALL_S", 0.0)
+    monkeypatch.setattr(generations, "LAST_CALL_S", 0.0)
     ctl.admit_and_regroup()
     assert ctl.members == ["w1"]  # w2 joins later, as a newcomer
 
