@@ -84,7 +84,10 @@ def test_resume_after_every_worker_died(reference, tmp_path):
         pytest.skip("one policy through --resume keeps the suite short; the state is generic")
     out = tmp_path / "resume"
     events = "step 23: kill 0; step 23: kill 1"
-    run(out, "v100,k80", policy, "--checkpoint-every", "5", "--events", events, expect=1)
+    # the kills must land before the 50th step ends: paced (10 ms a micro-batch on the fastest
+    # kind, as above), steps 23 to 50 take seconds, not 0.5 s
+    env = {"SHOAL_EMULATED_HOST_S": "0.01"}
+    run(out, "v100,k80", policy, "--checkpoint-every", "5", "--events", events, env=env, expect=1)
     # the policy and its knobs are in the job's fingerprint: a resume with other knobs went on
     # silently, to a result no uninterrupted run gives
     other = ("--resume", str(out), "--batch-option", "gamma=0.2")

@@ -57,11 +57,16 @@ def test_revocation_with_notice_same_state_ledger_and_report(tmp_path):
     """The default suite's one run: a spot k80 revoked with a notice leaves at a step boundary
     while there is no capacity to replace it (so no second process start is waited for); the
     state is the fixed run's, the ledger is its lease lines, the report draws the cost."""
+    # The k80's lease: ready at 5 s, revoked 5 s later (emulated; 5x faster in wall time),
+    # with a notice 8 s before: notice at 0.4 s of wall time after the group forms, deadline
+    # 1.6 s later, while the run lasts about 4 s. The worker must leave at a step boundary
+    # (two 0.13 s steps and its exit: 0.2-0.3 s here) before the deadline kills it, which
+    # would log a failure; with `k80,2` and a 3 s notice the deadline was 0.6 s.
     trace = tmp_path / "trace.csv"
-    trace.write_text("k80,2\n")
+    trace.write_text("k80,5\n")
     out = tmp_path / "run"
     flags = ["--provider", "local", "--kinds", "v100,p100,k80", "--spot-trace", str(trace),
-             "--time-scale", "5", "--startup", "5", "--notice", "3",
+             "--time-scale", "5", "--startup", "5", "--notice", "8",
              "--outage", "k80:spot:1-1e9"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env={"SHOAL_EMULATED_HOST_S": "0.03"})
     assert result["state_sha256"] == DIGEST_30

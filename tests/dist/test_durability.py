@@ -83,7 +83,10 @@ def test_ctrl_c_stops_every_worker_at_one_step_boundary(tmp_path):
 def test_last_graceful_leave_writes_a_checkpoint_the_message_offers(tmp_path):
     """... and the command the message offers continues the run exactly, showing only its own
     events (a resume used to print the earlier attempt's events again, as if new)."""
-    err = shoal_run(tmp_path / "run", "v100", 40, "--events", "step 5: notice 0", expect=1)
+    # the notice must land before the 40th step ends, or the run ends without a leave: paced
+    # (0.02 s a micro-batch, 0.08 s a step; it changes no bit) it has about 2.8 s, not 0.3 s
+    events, paced = "step 5: notice 0", {"SHOAL_EMULATED_HOST_S": "0.02"}
+    err = shoal_run(tmp_path / "run", "v100", 40, "--events", events, env=paced, expect=1)
     found = re.search(r"checkpoint of step (\d+) with: (shoal run .*)$", err, re.M)
     assert found and int(found.group(1)) >= 5, err[-2000:]
     assert "notice" in err

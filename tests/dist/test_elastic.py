@@ -15,6 +15,7 @@ from shoal_testing import DIGITS, free_port, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 HEAVY = ["-o", "micro_batch_size=32", "-o", "global_batch_size=256"]  # M = 8
+PACED = {"SHOAL_EMULATED_HOST_S": "0.01"}
 STEPS, CHAOS_STEPS = 40, 150
 
 
@@ -97,6 +98,7 @@ def test_all_workers_killed_then_resume(reference, tmp_path):
         "5",
         "--events",
         "step 23: kill 0; step 23: kill 1",
+        env=PACED,
         expect=1,
     )
     last = err.strip().splitlines()[-1]

@@ -1,5 +1,6 @@
 """Failures end the run or heal it, never hang it, and name their cause (issue 18, part a)."""
 
+import json
 import os
 import pathlib
 import signal
@@ -29,10 +30,22 @@ def worker_pid(launcher: int, worker_id: str) -> int | None:
     return None
 
 
+def logged(out: pathlib.Path) -> list[dict]:
+    """The metrics lines written so far (complete lines only: the run is still writing)."""
+    path = out / "metrics.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
+
+
 def steps_logged(out: pathlib.Path) -> int:
-    if not (out / "metrics.jsonl").exists():
-        return 0
-    return sum(1 for r in metrics(out) if r["kind"] == "step")
+    return sum(1 for r in logged(out) if r["kind"] == "step")
+
+
+def declared_lost(out: pathlib.Path, worker_id: str) -> bool:
+    return any(
+        r["kind"] == "membership" and r["event"] == "fail" and r["worker"] == worker_id
+        for r in logged(out)
+    )
 
 
 @pytest.mark.timeout(90)
@@ -44,34 +57,46 @@ def test_stalled_worker_is_declared_lost_and_rejoins(tmp_path):
            "--out", str(out), "--peer-timeout", "3"]  # fmt: skip
     env = {**os.environ, "SHOAL_EMULATED_HOST_S": "0.08"}  # paced, so the stall is mid-run
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped = None  # the pid of the worker while it is stopped
     try:
         while steps_logged(out) < 4:
             assert proc.poll() is None, proc.communicate()[1]
             time.sleep(0.05)
         victim = worker_pid(proc.pid, "w1")
         os.kill(victim, signal.SIGSTOP)
-        time.sleep(7)  # peers time out after 3 s; it is declared lost 3 s after they regroup
+        stopped = victim
+        # peers time out after 3 s; it is declared lost 3 s after they regroup (about 6.2 s
+        # here). Woken before that, it would rejoin its group in time and nothing would be
+        # declared: it stays stopped until the fail line is written, however long that takes.
+        while not declared_lost(out, "w1"):
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.05)
         os.kill(victim, signal.SIGCONT)
+        stopped = None
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
+        if stopped:  # never leave it stopped, whatever failed
+            os.kill(stopped, signal.SIGCONT)
     assert proc.returncode == 0, stderr[-3000:]
     assert DIGITS_30 in stdout
     events = [r for r in metrics(out) if r["kind"] == "membership"]
     lost = [e for e in events if e["event"] == "fail" and e["worker"] == "w1"]
     assert lost and "after its group ended (stalled?)" in lost[0]["detail"]
     assert "w1 (v100) lost: no response" in stderr  # the console says so
-    # back in the group as a newcomer: it rejoined at step 10 of 30 here (SIGCONT 7 s after
-    # the stall at step 4), so the run does not end first even on a loaded host
+    # back in the group as a newcomer: it rejoined at step 10 of 30 here (SIGCONT at its fail
+    # line, about 6.2 s after the stall at step 4), so the run does not end first even on a
+    # loaded host
     rejoined = [e for e in events if e["event"] == "join" and e["worker"] == "w1"]
     assert rejoined, [(e["event"], e["worker"], e["step"]) for e in events]
 
 
 @pytest.mark.timeout(60)
 def test_total_loss_with_a_pending_event_ends(tmp_path):
-    err = shoal_run(
-        tmp_path, "v100", 200, "--events", "step 5: kill 0; step 100: add k80", expect=1
-    )
+    # the kill must fire before the add is due (both at one poll, the k80 would carry the run
+    # on): paced at 0.01 s a micro-batch (0.04 s a step), steps 5 to 100 take 3.8 s, not 0.85 s
+    events, paced = "step 5: kill 0; step 100: add k80", {"SHOAL_EMULATED_HOST_S": "0.01"}
+    err = shoal_run(tmp_path, "v100", 200, "--events", events, env=paced, expect=1)
     last = err.strip().splitlines()[-1]
     assert last.startswith("shoal: run failed: every worker is gone at step")
     assert "1 pending events cannot fire" in last

@@ -98,6 +98,11 @@ def test_two_sites_meet_in_the_average_of_their_models(tmp_path):
             assert torch.equal(landed, (now - launch) + after)
 
 
+# A `step N` event fires at the controller's first poll after step N - 1's line: the runs it
+# is injected into are paced (a fixed host time per micro-batch, which changes no bit), so
+# that on a loaded host the kill lands while there is still a step for it to hit
+PACED = {"SHOAL_EMULATED_HOST_S": "0.05"}
+
 # overlapped (slow: the two-site kill below covers the redo by default)
 OVERLAP = pytest.param(["--outer-overlap", "2"], marks=pytest.mark.slow, id="overlap")
 
@@ -110,7 +115,10 @@ def test_a_kill_in_local_update_mode_changes_no_bit(tmp_path, overlap):
     args = ["--local-steps", "3", "-o", "micro_batch_size=32", "-o", "global_batch_size=128"]
     args += overlap
     alone = shoal_run(tmp_path / "alone", "v100", 10, *args)
-    killed = shoal_run(tmp_path / "killed", "2xv100", 10, *args, "--events", "step 4: kill 1")
+    # paced: 0.1 s a step before the kill leaves it about 0.5 s to land before the run ends
+    # (unpaced, 13 ms steps left the controller about 50 ms)
+    events = ["--events", "step 4: kill 1"]
+    killed = shoal_run(tmp_path / "killed", "2xv100", 10, *args, *events, env=PACED)
     assert killed["state_sha256"] == alone["state_sha256"]
     fails = [r for r in metrics(tmp_path / "killed") if r.get("event") == "fail"]
     assert len(fails) == 1 and 0 < fails[0]["step"] < 10
@@ -127,7 +135,6 @@ def test_fewer_than_one_local_step_is_one_line_and_exit_2(tmp_path):
 # with two workers or three, so both runs train the same micro-batches in the same sites
 TWO_SITES = ["--local-steps", "3", "--outer-overlap", "2", "--max-micro-batches", "2"]
 TWO_SITES += ["--replan-every", "999"]
-PACED = {"SHOAL_EMULATED_HOST_S": "0.02"}
 
 
 def test_a_kill_in_a_site_with_an_exchange_in_flight_keeps_the_site_assignments_digest(tmp_path):
@@ -135,6 +142,10 @@ def test_a_kill_in_a_site_with_an_exchange_in_flight_keeps_the_site_assignments_
     # w2 holds the same site model and snapshot and redoes the exchange with w0 at step 5
     plain = shoal_run(tmp_path / "plain", "v100,k80", 8, *TWO_SITES, "--sites", "0/1")
     args = [*TWO_SITES, "--sites", "0/1,2", "--events", "step 4: kill 1"]
+    # the kill must land before step 5's line (after it, the exchange has landed and there is
+    # nothing in flight to redo): paced at 0.05 s a micro-batch, steps 4 and 5 take about
+    # 0.35 s (at 0.02 s, as before, 0.14 s; the kill landed 55-100 ms after step 3's line on
+    # 2 cores shared with other jobs)
     killed = shoal_run(tmp_path / "killed", "v100,k80,k80", 8, *args, env=PACED)
     assert killed["state_sha256"] == plain["state_sha256"]
     fails = [r for r in metrics(tmp_path / "killed") if r.get("event") == "fail"]
