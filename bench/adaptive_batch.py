@@ -380,7 +380,8 @@ def toy_run(side: str, seed: int, target: float, every: int, max_steps: int = 20
     follows the side's policy through the same `decide` call as a live run."""
     import numpy as np
 
-    from shoal.control.batch_policy import BatchContext, make_policy, needs_similarity
+    from shoal.control.batch_policy import make_policy
+    from shoal.control.batch_policy_base import BatchContext, needs_similarity
     from shoal.control.gradstats import StepStats
 
     rng = np.random.default_rng(seed)

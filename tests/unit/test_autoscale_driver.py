@@ -184,7 +184,7 @@ def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
     import dataclasses
     import types
 
-    from shoal.control.scaler import Mix
+    from shoal.control.mix_model import Mix
     from shoal.metrics import StepLine, WorkerShare
 
     d = make_driver(autoscale=True, deadline="10h", max_servers=2)

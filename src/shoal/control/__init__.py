@@ -1,11 +1,9 @@
 """Pure control: decisions from observations (re-planning, batch size, pricing tier, scaling)."""
 
-from shoal.control.batch_policy import (
-    LR_SCALINGS,
-    POLICIES,
+from shoal.control.batch_policy import LR_SCALINGS, POLICIES, make_policy
+from shoal.control.batch_policy_base import (
     BatchContext,
     BatchPolicy,
-    make_policy,
     needs_similarity,
     parse_bounds,
 )

@@ -14,7 +14,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 
-from shoal.control.batch_policy import BatchContext, BatchPolicy, make_policy
+from shoal.control.batch_policy import make_policy
+from shoal.control.batch_policy_base import BatchContext, BatchPolicy
 from shoal.control.gradstats import StepStats, synthetic_stats
 from shoal.perf.goodput import Counts, GoodputModel, goodput_model
 

@@ -1,10 +1,8 @@
-"""Adaptive global-batch policies: one interface, pure decisions from exact gradient statistics.
+"""Adaptive global-batch policies: pure decisions from exact gradient statistics.
 
-After every step each worker calls `policy.decide(stats, context)` with the same `StepStats`
-(exact, layout-invariant) and the same `BatchContext` (a pure throughput model of the run's
-reference placement), so every worker chooses the same next global batch at the same step with
-no extra message. A policy is a small state machine whose state (smoothed statistics, the batch
-trajectory, the learning-rate factor) is JSON-safe and rides in the training state.
+Each policy is a `control.batch_policy_base.PolicyBase` (the contract with the runtime, the
+noise estimate, the trajectory, learning-rate scaling and state live there); `make_policy`
+builds one by name from typed or string options.
 
 Policies (all decide a multiple of the micro-batch size b, inside the bounds and the cap):
 - `fixed`: the job's batch (capped when the workers cannot hold it).
@@ -27,11 +25,14 @@ r(B/B0) from the noise statistics).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
 
-from shoal.control.gradstats import NoiseScale, StepStats
+from shoal.control.batch_policy_base import (
+    BatchContext,
+    BatchPolicy,
+    PolicyBase,
+    is_decision_step,
+    within_bounds,
+)
 from shoal.errors import UserError
 from shoal.perf.goodput import gain
 
@@ -40,163 +41,14 @@ LR_SCALINGS: tuple[str, ...] = ("none", "linear", "sqrt", "adascale")
 FLOAT_SLACK = 1e-9  # in micro-batches: rounding noise of B * (1 +- alpha) / b
 
 
-@dataclass(frozen=True)
-class BatchContext:
-    micro_batch_size: int
-    bounds: tuple[int, int]  # (low, high) global batch in samples, multiples of b
-    cap_micro_batches: int | None  # most micro-batches the current workers hold; None: no cap
-    throughput: Callable[[int], float]  # samples/s at global batch B: pure, layout-invariant
-    initial_batch: int  # the job's global_batch_size (B0)
-
-
-class BatchPolicy(Protocol):
-    name: str
-    every: int
-    uses_throughput: bool
-
-    def decide(self, stats: StepStats, context: BatchContext) -> int: ...
-    def settings(self) -> dict: ...
-    def lr_factor(self, batch: int, context: BatchContext) -> float: ...
-    def state_dict(self) -> dict: ...
-    def load_state_dict(self, state: dict) -> None: ...
-
-
-def parse_bounds(text: str) -> tuple[int, int]:
-    """'64:2048' -> (64, 2048)."""
-    parts = str(text).split(":")
-    try:
-        low, high = (int(p) for p in parts)
-    except ValueError:
-        raise UserError(f"batch bounds {text!r} are not LOW:HIGH in samples") from None
-    if low < 1:
-        raise UserError(f"batch bounds {text!r}: the lower bound must be >= 1")
-    return low, high
-
-
-def is_decision_step(step: int, every: int) -> bool:
-    """Whether the step just finished is a decision step: the `every`-th, 2*`every`-th, ..."""
-    return (step + 1) % every == 0
-
-
-def needs_similarity(policy: BatchPolicy, step: int) -> bool:
-    """Whether the runtime measures the half-sum cosine on this step: on decision steps, for
-    every policy but `fixed` (whose runs keep the plain step: the feature is off)."""
-    return policy.name != "fixed" and is_decision_step(step, policy.every)
-
-
-def _within(batch: float, context: BatchContext, bounds: tuple[int, int] | None) -> int:
-    """`batch` rounded to a whole number of micro-batches, inside both bounds and the cap."""
-    b = context.micro_batch_size
-    low, high = context.bounds
-    if bounds is not None:
-        low, high = max(low, bounds[0]), min(high, bounds[1])
-    m_low, m_high = max(1, -(-low // b)), max(1, high // b)
-    if context.cap_micro_batches is not None:
-        m_high = min(m_high, context.cap_micro_batches)
-    m = min(max(round(batch / b), m_low), m_high)
-    return max(1, m) * b
-
-
-class _Policy:
-    """What every policy shares: the noise estimate, the trajectory, LR scaling, state."""
-
-    name = ""
-    options: dict[str, type] = {}
-    uses_throughput = False  # whether its decisions read the context's throughput model
-
-    def __init__(
-        self,
-        micro_batch_size: int,
-        bounds: tuple[int, int] | None,
-        every: int,
-        lr_scaling: str,
-        smoothing: float = 0.9,
-    ) -> None:
-        self.micro_batch_size = micro_batch_size
-        self.bounds = bounds
-        self.every = every
-        self.lr_scaling = lr_scaling
-        self.noise = NoiseScale(smoothing)
-        self.trajectory: list[list[int]] = []  # [first step, batch] at every change
-        self.last_lr_factor = 1.0
-
-    def decide(self, stats: StepStats, context: BatchContext) -> int:
-        self.noise.update(stats)
-        self._observe(stats)
-        current = stats.global_batch_size
-        want = self._choose(stats, context, current)
-        batch = _within(want, context, self.bounds)
-        if not self.trajectory or self.trajectory[-1][1] != batch:
-            self.trajectory.append([stats.step + 1, batch])
-        self.last_lr_factor = self.lr_factor(batch, context)
-        return batch
-
-    def _observe(self, stats: StepStats) -> None:
-        """Fold a step into the policy's own state (the loss, for schedules)."""
-
-    def _choose(self, stats: StepStats, context: BatchContext, current: int) -> float:
-        return current
-
-    def lr_factor(self, batch: int, context: BatchContext) -> float:
-        ratio = batch / context.initial_batch
-        if self.lr_scaling == "linear":
-            return ratio
-        if self.lr_scaling == "sqrt":
-            return math.sqrt(ratio)
-        if self.lr_scaling == "adascale":
-            sqr, var = self.noise.grad_sqr, self.noise.grad_var
-            if sqr is None or var is None:
-                return 1.0  # nothing measured yet: the unscaled rate
-            return gain(batch, context.initial_batch, sqr, var / context.initial_batch)
-        return 1.0
-
-    def settings(self) -> dict:
-        """What decides this policy's batches and learning-rate factors besides its context
-        and bounds: its name, decision interval, scaling rule and knobs, defaults included, as
-        plain JSON values (the job fingerprint's: equivalent spellings give equal settings)."""
-        return {
-            "name": self.name,
-            "every": int(self.every),
-            "lr_scaling": self.lr_scaling,
-            "smoothing": float(self.noise.smoothing),
-            **self._knobs(),
-        }
-
-    def _knobs(self) -> dict:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "noise": self.noise.state_dict(),
-            "trajectory": [list(x) for x in self.trajectory],
-            "lr_factor": self.last_lr_factor,
-            **self._extra_state(),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        if state.get("name") != self.name:
-            raise UserError(f"saved batch policy {state.get('name')!r} is not {self.name!r}")
-        self.noise.load_state_dict(state["noise"])
-        self.trajectory = [[int(s), int(b)] for s, b in state["trajectory"]]
-        self.last_lr_factor = float(state["lr_factor"])
-        self._load_extra(state)
-
-    def _extra_state(self) -> dict:
-        return {}
-
-    def _load_extra(self, state: dict) -> None:
-        pass
-
-
-class FixedPolicy(_Policy):
+class FixedPolicy(PolicyBase):
     name = "fixed"
 
     def _choose(self, stats, context, current):
         return context.initial_batch  # back to B0 once the workers can hold it again
 
 
-class JabasPolicy(_Policy):
+class JabasPolicy(PolicyBase):
     name = "jabas"
     options = {"gamma": float, "alpha": float, "smoothing": float}
 
@@ -227,7 +79,7 @@ class JabasPolicy(_Policy):
         return current
 
 
-class PolluxPolicy(_Policy):
+class PolluxPolicy(PolicyBase):
     name = "pollux"
     options = {"candidates": int, "min_gain": float, "smoothing": float}
     uses_throughput = True
@@ -267,12 +119,16 @@ class PolluxPolicy(_Policy):
     def candidate_batches(self, context: BatchContext, current: int) -> list[int]:
         """Multiples of b inside bounds, cap and the growth limit; a geometric grid of
         `candidates` + 1 of them (snapped, deduplicated) when there are more."""
-        low = _within(context.bounds[0], context, self.bounds)
-        high = _within(context.bounds[1], context, self.bounds)
+        low = within_bounds(context.bounds[0], context, self.bounds)
+        high = within_bounds(context.bounds[1], context, self.bounds)
         b = context.micro_batch_size
         if math.isfinite(self.max_growth):  # at least one micro-batch either way
-            low = max(low, _within(min(current / self.max_growth, current - b), context, None))
-            high = min(high, _within(max(current * self.max_growth, current + b), context, None))
+            low = max(
+                low, within_bounds(min(current / self.max_growth, current - b), context, None)
+            )
+            high = min(
+                high, within_bounds(max(current * self.max_growth, current + b), context, None)
+            )
         if (high - low) // b + 1 <= self.candidates + 1:
             return list(range(low, high + 1, b))
         grid = [round(low * (high / low) ** (i / self.candidates) / b) * b for i in range(
@@ -289,7 +145,7 @@ class PolluxPolicy(_Policy):
             if rate > best_rate:
                 best, best_rate = batch, rate
         if self.min_gain > 1.0:
-            here = _within(current, context, self.bounds)
+            here = within_bounds(current, context, self.bounds)
             if best_rate < self.min_gain * self.goodput(here, context, grad_sqr, grad_var):
                 return here
         return best
@@ -310,7 +166,7 @@ class ShoalPolicy(PolluxPolicy):
         self.critical_scale, self.max_growth = critical_scale, max_growth
 
 
-class SchedulePolicy(_Policy):
+class SchedulePolicy(PolicyBase):
     name = "schedule"
     options = {"ramp": str, "ramp_loss": str, "smoothing": float, "loss_smoothing": float}
 

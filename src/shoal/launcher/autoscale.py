@@ -38,7 +38,8 @@ import time
 from collections import Counter
 
 from shoal.cluster.provider import provider_from_config
-from shoal.control.scaler import Goal, Mix, Scaler, check_goal
+from shoal.control.mix_model import Mix
+from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.launcher.events import Event
 from shoal.launcher.goalwatch import GoalWatch
 from shoal.launcher.leases import LeaseBook, lease_label

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from shoal.control.scaler import Goal, Mix
+from shoal.control.mix_model import Mix
+from shoal.control.scaler import Goal
 from shoal.launcher.leases import lease_label
 
 

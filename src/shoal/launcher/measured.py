@@ -10,7 +10,7 @@ WINDOW measurements (one slow step on a shared host moves nothing):
 - the join delay: from a server's request to its worker's admission;
 - the global batch, as (from step, batch) pieces.
 
-They feed the scaler through the shared step-time model (`control.scaler.profile_step_time`,
+They feed the scaler through the shared step-time model (`control.mix_model.profile_step_time`,
 which `sim.scenario.step_time_model` replays) and go to `OUT/scenario.json` at the end, so
 that `shoal simulate --scenario` replays the run: `runmodel.RunModel` hands them on.
 """
@@ -21,7 +21,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from shoal.control.scaler import profile_step_time
+from shoal.control.mix_model import profile_step_time
 from shoal.metrics import MembershipEvent, StepLine
 from shoal.sim.scenario import join_delay_at
 

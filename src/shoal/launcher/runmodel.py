@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from shoal.cluster.provider import EmulatedProvider
-from shoal.control.scaler import ScalerInput, revocation_rate
+from shoal.control.mix_model import ScalerInput, revocation_rate
 from shoal.launcher.leases import LeaseBook
 from shoal.launcher.measured import Measurements
 from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.config import BatchConfig
-from shoal.control.batch_policy import (
-    THROUGHPUT_POLICIES,
+from shoal.control.batch_policy import THROUGHPUT_POLICIES, make_policy
+from shoal.control.batch_policy_base import (
     BatchContext,
     BatchPolicy,
-    make_policy,
     needs_similarity,
     parse_bounds,
 )

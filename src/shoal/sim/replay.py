@@ -33,14 +33,8 @@ from dataclasses import dataclass, fields, replace
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
-from shoal.control.scaler import (
-    Goal,
-    Scaler,
-    ScalerInput,
-    batch_at,
-    check_goal,
-    revocation_rate,
-)
+from shoal.control.mix_model import ScalerInput, batch_at, revocation_rate
+from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
 from shoal.sim.scenario import Scenario, initial_counts, join_delay_at, step_time_model
 

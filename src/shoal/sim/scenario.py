@@ -17,11 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 
 from shoal.cluster.provider import provider_from_config
-from shoal.control.scaler import (
-    MAX_SERVERS,
-    Goal,
-    profile_step_time,
-)
+from shoal.control.mix_model import profile_step_time
+from shoal.control.scaler import MAX_SERVERS, Goal
 from shoal.errors import UserError
 from shoal.perf.devices import TIERS, load_devices
 

@@ -12,12 +12,8 @@ import math
 
 import pytest
 
-from shoal.control.batch_policy import (
-    BatchContext,
-    make_policy,
-    needs_similarity,
-    parse_bounds,
-)
+from shoal.control.batch_policy import make_policy
+from shoal.control.batch_policy_base import BatchContext, needs_similarity, parse_bounds
 from shoal.control.gradstats import StepStats, synthetic_stats
 from shoal.errors import UserError
 

@@ -15,15 +15,14 @@ import pytest
 from shoal.cluster.provider import Offer
 from shoal.cluster.revocation import NoRevocations, TraceRevocations
 from shoal.control import scaler as scaler_mod
-from shoal.control.scaler import (
-    Goal,
-    Scaler,
+from shoal.control.mix_model import (
     ScalerInput,
     batch_at,
-    check_goal,
+    profile_step_time,
     remaining_batches,
     revocation_rate,
 )
+from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
 
 PRICE = {("k80", "on_demand"): 0.723, ("k80", "spot"): 0.256}
@@ -196,7 +195,7 @@ def test_deterministic_and_the_local_search_finds_the_exact_answer(monkeypatch):
 
 
 def test_profile_step_time_is_the_shared_split():
-    model = scaler_mod.profile_step_time(32, 1.0, {"v100": 1.0, "k80": 2.0}, 0.5)
+    model = profile_step_time(32, 1.0, {"v100": 1.0, "k80": 2.0}, 0.5)
     # 8 micro-batches on a V100 (1 s each) and a K80 (2 s): 6 and 2 -> 6 s, + 0.5 s
     assert model({"v100": 1, "k80": 1}, 256) == 6.5
     assert model({"k80": 1}, 33) == 4.5 and model({}, 64) == float("inf")

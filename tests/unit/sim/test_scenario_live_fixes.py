@@ -5,7 +5,8 @@ the scaler does not move off a held mix that meets its goal for a near-tie."""
 import pytest
 
 from shoal.cluster.provider import Offer
-from shoal.control.scaler import Goal, Scaler, ScalerInput
+from shoal.control.mix_model import ScalerInput
+from shoal.control.scaler import Goal, Scaler
 from shoal.errors import UserError
 from shoal.sim.replay import simulate
 from shoal.sim.scenario import Scenario

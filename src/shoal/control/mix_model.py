@@ -1,0 +1,235 @@
+"""The prediction of a mix: how long the rest of a run takes on a mix of servers, and its cost.
+
+A mix is a count per (kind, tier) of servers; `MixModel` judges every candidate mix of one
+scaler decision against the same `ScalerInput` (the search and the ranking that choose among
+them are `control.scaler`'s). The prediction of the rest of the run:
+
+- compute time: the remaining steps at the forecast global batch (`remaining_batches`,
+  `batch_at`), each at the shared step-time model's seconds per step on the mix's GPUs
+  (`inp.step_time`: `profile_step_time` below, which both drivers pass in, the simulator
+  through `sim.scenario.step_time_model`);
+- revocations: a spot server of kind k is revoked at rate r_k (`revocation_rate`); each costs
+  its leave and its replacement's join (2 x change_cost_s), the expected part of the in-flight
+  step that a notice too short to finish it loses (`_in_flight_loss`), and the replacement's
+  start-up at the reduced speed of the mix without it. With lam = sum over spot servers of
+  r_k x loss_k, the time lost is the fraction lam of the time spent, so the remaining time is
+  compute / (1 - lam) (a mix with lam >= 1 never finishes);
+- the move from `held` to the mix: joins (billed from now, ready after start-up) and leaves are
+  each one membership change of change_cost_s; a mix keeping no held server waits the start-up;
+- cost: what was spent plus the mix's price per hour over the predicted remaining time.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from shoal.cluster.provider import Offer
+from shoal.cluster.revocation import GCE_MAX_LIFETIME_S, RevocationModel
+from shoal.errors import UserError
+from shoal.perf import step_time as perf_step_time
+from shoal.perf.devices import load_devices
+
+RATE_SAMPLES = 4000  # lifetimes drawn to estimate a revocation rate
+
+
+@dataclass(frozen=True)
+class Mix:
+    counts: dict[tuple[str, str], int]  # (kind, tier) -> servers wanted
+    step_s: float  # predicted seconds per step on this mix (at the forecast batch)
+    finish_s: float  # predicted finish time (emulated, from launch), revocations counted
+    cost_usd: float  # predicted total cost of the run (spent + remaining), revocations counted
+
+    def describe(self) -> str:
+        return ", ".join(f"{n} {k}:{t}" for (k, t), n in sorted(self.counts.items())) or "none"
+
+
+@dataclass(frozen=True)
+class ScalerInput:
+    now_s: float
+    steps_done: int
+    steps_total: int
+    batch: Sequence[tuple[int, int]]  # forecast global batch: (from step, batch) pieces, in order
+    step_time: Callable[[Mapping[str, int], int], float]  # (GPUs per kind, batch) -> s/step
+    offers: list[Offer]  # what can be had now (quota: the total, held included)
+    held: Mapping[tuple[str, str], int]  # servers held now, ready or booting
+    spent_usd: float
+    change_cost_s: float  # seconds lost per membership change
+    revocations_per_s: Callable[[str], float]  # expected revocations per second of a spot server
+
+
+def batch_at(pieces: Sequence[tuple[int, int]], step: int) -> int:
+    """The batch of (from step, batch) `pieces` at `step`: the last piece starting at or before
+    it (the first piece's before any)."""
+    value = pieces[0][1]
+    for start, batch in pieces:
+        if start <= step:
+            value = batch
+    return value
+
+
+def remaining_batches(
+    pieces: Sequence[tuple[int, int]], done: int, total: int
+) -> list[tuple[int, int]]:
+    """(batch, steps) of steps done..total-1, per batch, in batch order: counted per piece,
+    not per step (a run of 10^9 steps counted them one by one at every decision, a hang)."""
+    todo: Counter[int] = Counter()
+    for i, (start, batch) in enumerate(pieces):
+        lo = max(done, start) if i else done  # before the first piece: its batch
+        hi = min(total, pieces[i + 1][0] if i + 1 < len(pieces) else total)
+        if hi > lo:
+            todo[batch] += hi - lo
+    return sorted(todo.items())
+
+
+def revocation_rate(model: RevocationModel, kind: str) -> float:
+    """Revocations per second of one spot server of `kind`: 1 / its mean lifetime, estimated
+    from a seeded sample as exposure / revocations, a lifetime censored at GCE's 24 h cap (a
+    server that lives that long was never revoked while it mattered)."""
+    rng = random.Random(f"rate:{kind}")
+    lives = [model.sample_lifetime_s(kind, rng) for _ in range(RATE_SAMPLES)]
+    revoked = sum(1 for life in lives if life < GCE_MAX_LIFETIME_S)
+    exposure = sum(min(life, GCE_MAX_LIFETIME_S) for life in lives)
+    return revoked / exposure if revoked and exposure > 0 else 0.0
+
+
+def profile_step_time(
+    micro_batch_size: int, host_s: float, slowdowns: Mapping[str, float], step_overhead_s: float
+) -> Callable[[Mapping[str, int], int], float]:
+    """(GPUs per kind, global batch) -> seconds per step of a job profiled as `host_s` seconds
+    per micro-batch on the fastest kind (x `slowdowns[kind]` on others) plus `step_overhead_s`:
+    the shared step-time model (`perf.step_time`: the plan's min-makespan split of
+    ceil(batch / micro_batch_size) micro-batches, its makespan, + the overhead). The one step-time
+    model of both drivers (`sim.scenario.step_time_model` and the live run). Memoised."""
+    memo: dict[tuple, float] = {}
+
+    def step_time(gpus: Mapping[str, int], batch: int) -> float:
+        key = (tuple(sorted((k, n) for k, n in gpus.items() if n > 0)), int(batch))
+        if key not in memo:
+            unknown = [k for k, _ in key[0] if k not in slowdowns]
+            if unknown:
+                raise UserError(f"no slowdown for device kind {unknown[0]!r}")
+            seconds = [host_s * slowdowns[k] for k, n in key[0] for _ in range(n)]
+            if not seconds:
+                return math.inf
+            plan = perf_step_time.split(-(-key[1] // micro_batch_size), seconds)
+            memo[key] = perf_step_time.step_seconds(plan, seconds, step_overhead_s)
+        return memo[key]
+
+    return step_time
+
+
+class MixModel:
+    """The prediction of one decision: every candidate mix is judged against the same input."""
+
+    def __init__(self, inp: ScalerInput, max_servers: int) -> None:
+        self.inp = inp
+        offered = {(o.kind, o.tier): o for o in inp.offers}
+        held = {key: n for key, n in inp.held.items() if n > 0}
+        self.keys = sorted(set(offered) | set(held))
+        # a held server can be kept even while its offer is gone (an outage): no more of it
+        self.caps = tuple(
+            min(max_servers, offered[k].quota if k in offered else held[k]) for k in self.keys
+        )
+        devices = load_devices()
+        self.price = tuple(devices.price(kind, tier) for kind, tier in self.keys)
+        self.notice = tuple(offered[k].notice_s if k in offered else None for k in self.keys)
+        self.startup_s = max((o.startup_s for o in inp.offers), default=0.0)
+        self.held = tuple(held.get(k, 0) for k in self.keys)
+        self.rate = tuple(
+            inp.revocations_per_s(kind) if tier == "spot" else 0.0 for kind, tier in self.keys
+        )
+        self.batches = remaining_batches(inp.batch, inp.steps_done, inp.steps_total)
+        self.batch_now = batch_at(inp.batch, min(inp.steps_done, max(inp.steps_total - 1, 0)))
+        self.kinds = sorted({kind for kind, _ in self.keys})
+        self.kind_of = tuple(self.kinds.index(kind) for kind, _ in self.keys)
+        self._step: dict[tuple, float] = {}
+        self._gpus: dict[tuple[int, ...], tuple[float, float, tuple[float, ...]]] = {}
+        self._done: dict[tuple[int, ...], tuple[float, float, float]] = {}
+
+    def step_s(self, gpus: Mapping[str, int], batch: int) -> float:
+        key = (tuple(sorted((k, n) for k, n in gpus.items() if n > 0)), batch)
+        if key not in self._step:
+            self._step[key] = self.inp.step_time(dict(key[0]), batch) if key[0] else math.inf
+        return self._step[key]
+
+    def per_gpus(self, gpus: tuple[int, ...]) -> tuple[float, float, tuple[float, ...]]:
+        """(seconds per step now, seconds of the remaining steps, and per kind the fraction of
+        speed lost while one of its GPUs is missing) of a GPU count per kind."""
+        if gpus not in self._gpus:
+            named = dict(zip(self.kinds, gpus, strict=True))
+            step_now = self.step_s(named, self.batch_now)
+            compute = sum(n * self.step_s(named, b) for b, n in self.batches)
+            fracs = []
+            for kind, n in named.items():
+                slower = self.step_s({**named, kind: n - 1}, self.batch_now) if n else step_now
+                fracs.append(1.0 if math.isinf(slower) else max(0.0, 1 - step_now / slower))
+            self._gpus[gpus] = (step_now, compute, tuple(fracs))
+        return self._gpus[gpus]
+
+    def predict(self, counts: tuple[int, ...]) -> tuple[float, float, float]:
+        """(finish_s, cost_usd, step_s) of a mix (see the module docstring for the model)."""
+        found = self._done.get(counts)
+        if found is not None:
+            return found
+        gpus = [0] * len(self.kinds)
+        for i, n in enumerate(counts):
+            gpus[self.kind_of[i]] += n
+        step_s, compute, fracs = self.per_gpus(tuple(gpus))
+        lam, joins, leaves, kept, per_hour = 0.0, False, False, 0, 0.0
+        for i, (n, h) in enumerate(zip(counts, self.held, strict=True)):
+            joins, leaves, kept = joins or n > h, leaves or n < h, kept + min(n, h)
+            per_hour += n * self.price[i]
+            if n and self.rate[i]:
+                lost_step = _in_flight_loss(step_s, self.notice[i])
+                loss = (
+                    2 * self.inp.change_cost_s + lost_step + self.startup_s * fracs[self.kind_of[i]]
+                )
+                lam += n * self.rate[i] * loss
+        setup = self.startup_s if kept == 0 and compute > 0 else 0.0
+        setup += self.inp.change_cost_s * (joins + leaves)
+        remaining = compute / (1 - lam) + setup if lam < 1 else math.inf
+        cost = self.inp.spent_usd + per_hour * remaining / 3600.0
+        self._done[counts] = found = (self.inp.now_s + remaining, cost, step_s)
+        return found
+
+    def mix(self, counts: tuple[int, ...]) -> Mix:
+        finish_s, cost_usd, step_s = self.predict(counts)
+        named = {k: n for k, n in zip(self.keys, counts, strict=True) if n}
+        return Mix(named, step_s, finish_s, cost_usd)
+
+    def count_mixes(self, max_servers: int) -> int:
+        """How many mixes with 1..max_servers servers fit the caps (a DP over the keys)."""
+        ways = [1] + [0] * max_servers
+        for cap in self.caps:
+            ways = [
+                sum(ways[t - j] for j in range(min(cap, t) + 1)) for t in range(max_servers + 1)
+            ]
+        return sum(ways) - 1
+
+    def all_mixes(self, max_servers: int) -> Iterator[tuple[int, ...]]:
+        def rec(i: int, left: int) -> Iterator[tuple[int, ...]]:
+            if i == len(self.caps):
+                yield ()
+                return
+            for n in range(min(self.caps[i], left) + 1):
+                for rest in rec(i + 1, left - n):
+                    yield (n, *rest)
+
+        return (c for c in rec(0, max_servers) if any(c))
+
+
+def _in_flight_loss(step_s: float, notice_s: float | None) -> float:
+    """Expected seconds of the in-flight step lost to one revocation: it strikes at a uniform
+    point u of the step; the step is lost when its rest, (1 - u) x step_s, is longer than the
+    notice (none: always), and what is lost is the part done, u x step_s. With a = notice /
+    step_s (capped at 1): the integral of u over [0, 1 - a], (1 - a)^2 / 2 x step_s. (The
+    simulator and the live run lose it so; counting none with a notice, as before, priced a
+    30 s notice against 5-minute steps as if it saved the step.)"""
+    if not math.isfinite(step_s):
+        return 0.0
+    a = 0.0 if notice_s is None else min(1.0, notice_s / step_s) if step_s > 0 else 1.0
+    return (1 - a) ** 2 / 2 * step_s
