@@ -378,14 +378,6 @@ def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
     ), said[-1]
 
 
-def test_a_budget_that_finishes_the_run_says_nothing(tmp_path):
-    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], budget="1000usd")
-    assert not [s for s in said if "warning" in s] and costs
-    assert not [x for x in costs if "over_budget" in x or "past_deadline" in x]
-    d.finish()
-    assert re.fullmatch(r"cost \$\d+\.\d{4}; 0 revocations", said[-1]), said[-1]
-
-
 def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
     """Under --deadline, when no mix finishes by it the scaler switches to the fastest mix and
     the run goes on, as under a budget, but it did so with no word. Now the first such
@@ -412,8 +404,9 @@ def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
     ), said[-1]
 
 
-def test_a_deadline_that_is_met_says_nothing(tmp_path):
-    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], deadline="10h")
+@pytest.mark.parametrize("goal", [{"budget": "1000usd"}, {"deadline": "10h"}])
+def test_a_goal_that_is_met_says_nothing(tmp_path, goal):
+    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], **goal)
     assert not [s for s in said if "warning" in s] and costs
     assert not [x for x in costs if "over_budget" in x or "past_deadline" in x]
     d.finish()
