@@ -175,19 +175,13 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     assert d.measured.startup_s() == pytest.approx(750.0)
 
 
-def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
-    """At a notice the scaler decides on the mix without the noticed server, as the simulator
-    does (`sim.replay`, `on_leave`). The driver used to fill the last target first, buying a
-    replacement the scaler would have let go (the spot bench's live runs cost 6-12 % more than
-    their replays for it). And a replacement may boot during the notice: the noticed server
-    does not count against --max-servers."""
-    import dataclasses
+def two_k80_members(d, metrics, say):
+    """`d`'s controller (a stand-in whose `spawn` makes workers that never exit), with two k80
+    members on the initial servers and three measured steps; the controller is returned."""
     import types
 
-    from shoal.control.mix_model import Mix
     from shoal.metrics import StepLine, WorkerShare
 
-    d = make_driver(autoscale=True, deadline="10h", max_servers=2)
     workers = {}
 
     def spawn(kind):
@@ -197,17 +191,32 @@ def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
         workers[w.id] = w
         return w
 
-    ctl = types.SimpleNamespace(
+    d.ctl = types.SimpleNamespace(
         t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
-        metrics=tmp_path / "metrics.jsonl", say=lambda text: None, spawn=spawn,
+        metrics=metrics, say=say, spawn=spawn,
     )  # fmt: skip
-    d.ctl = ctl
     for _ in range(2):
         spawn("k80").state = "member"
     d.open_initial()
     shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
     for _ in range(3):
         d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    return d.ctl
+
+
+def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
+    """At a notice the scaler decides on the mix without the noticed server, as the simulator
+    does (`sim.replay`, `on_leave`). The driver used to fill the last target first, buying a
+    replacement the scaler would have let go (the spot bench's live runs cost 6-12 % more than
+    their replays for it). And a replacement may boot during the notice: the noticed server
+    does not count against --max-servers."""
+    import dataclasses
+
+    from shoal.control.mix_model import Mix
+
+    d = make_driver(autoscale=True, deadline="10h", max_servers=2)
+    ctl = two_k80_members(d, tmp_path / "metrics.jsonl", say=lambda text: None)
+    workers = ctl.workers
     leases = d.book.leases
     spot = next(s for s, lease in leases.items() if lease.tier == "spot")
     leases[spot] = dataclasses.replace(leases[spot], revoke_at_s=1000.0, notice_s=30.0)
@@ -319,31 +328,10 @@ def goal_run(tmp_path, times, **goal):
     """An autoscaled driver under `goal` (budget= or deadline=), two k80 members, ticked at
     these emulated times: (the driver, its console lines, its cost lines)."""
     import json
-    import types
-
-    from shoal.metrics import StepLine, WorkerShare
 
     d = make_driver(out=tmp_path, autoscale=True, scale_every_s=60.0, **goal)
-    workers, said = {}, []
-
-    def spawn(kind):
-        w = types.SimpleNamespace(
-            id=f"w{len(workers)}", state="starting", proc=types.SimpleNamespace(poll=lambda: None)
-        )
-        workers[w.id] = w
-        return w
-
-    metrics = tmp_path / "metrics.jsonl"
-    d.ctl = types.SimpleNamespace(
-        t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
-        metrics=metrics, say=said.append, spawn=spawn,
-    )  # fmt: skip
-    for _ in range(2):
-        spawn("k80").state = "member"
-    d.open_initial()
-    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
-    for _ in range(3):
-        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
+    said, metrics = [], tmp_path / "metrics.jsonl"
+    two_k80_members(d, metrics, say=said.append)
     d.started = 0.0
     for t in times:
         d.now = lambda t=t: t
