@@ -27,6 +27,13 @@ EXACT_LIMIT = 20000  # mixes evaluated one by one at most; beyond, the local sea
 # keys. A live run's servers are local processes, at most 8 per core.
 MAX_SERVERS = 1_000
 _SLACK = 1e-9  # relative float slack on a deadline or a budget
+
+
+def _within(value: float, limit: float) -> bool:
+    """Whether a predicted finish or cost is within a deadline or a budget: every rule's test."""
+    return value <= limit * (1 + _SLACK)
+
+
 # NEAR_BEST: mixes whose objective (cost under a deadline, remaining time under a budget) is
 # within this fraction of the best one's are near-ties, inside the model's own error (the live
 # runs and their replays agree on the mean within about 5 %). Among them the held mix is kept
@@ -57,12 +64,12 @@ class Goal:
     def over_budget(self, cost_usd: float) -> bool:
         """Whether a predicted total cost is beyond the budget (never under a deadline): the
         budget rule's own test (`_by_budget`)."""
-        return self.budget_usd is not None and cost_usd > self.budget_usd * (1 + _SLACK)
+        return self.budget_usd is not None and not _within(cost_usd, self.budget_usd)
 
     def past_deadline(self, finish_s: float) -> bool:
         """Whether a predicted finish (seconds from the launch) is after the deadline (never
         under a budget): the deadline rule's own test (`_by_deadline`, `check_goal`)."""
-        return self.deadline_s is not None and finish_s > self.deadline_s * (1 + _SLACK)
+        return self.deadline_s is not None and not _within(finish_s, self.deadline_s)
 
 
 Rank = Callable[[float, float], tuple]  # (finish_s, cost_usd) -> sort key
@@ -114,7 +121,7 @@ def _search(model: MixModel, max_servers: int, rank: Rank, start: Mix | None = N
 
 def _by_deadline(deadline_s: float) -> Rank:
     def rank(finish_s: float, cost_usd: float) -> tuple:
-        if finish_s <= deadline_s * (1 + _SLACK):
+        if _within(finish_s, deadline_s):
             return (0, cost_usd, finish_s)
         return (1, finish_s, cost_usd)  # none meets it: the fastest
 
@@ -123,7 +130,7 @@ def _by_deadline(deadline_s: float) -> Rank:
 
 def _by_budget(budget_usd: float) -> Rank:
     def rank(finish_s: float, cost_usd: float) -> tuple:
-        if cost_usd <= budget_usd * (1 + _SLACK):
+        if _within(cost_usd, budget_usd):
             return (0, finish_s, cost_usd)
         return (1, cost_usd, finish_s)  # none fits it: the cheapest
 
@@ -182,9 +189,9 @@ class Scaler:
 
         def near(finish_s: float, cost_usd: float) -> bool:
             if goal.deadline_s is not None:
-                meets = finish_s <= goal.deadline_s * (1 + _SLACK)
+                meets = _within(finish_s, goal.deadline_s)
                 return meets and cost_usd <= best.cost_usd * margin
-            fits = cost_usd <= goal.budget_usd * (1 + _SLACK)
+            fits = _within(cost_usd, goal.budget_usd)
             return fits and finish_s - now_s <= (best.finish_s - now_s) * margin
 
         return near
