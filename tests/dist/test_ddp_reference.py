@@ -5,8 +5,8 @@ import statistics
 
 import pytest
 import torch.multiprocessing as mp
-
 from ddp_yardstick import ddp_worker
+
 from shoal_testing import DIGITS, free_port, metrics, shoal_run
 
 pytestmark = pytest.mark.dist

@@ -164,14 +164,20 @@ def test_torchrun_agent_lost_mid_run(reference, tmp_path):
            "-m", "shoal.worker", DIGITS, "--steps", str(CHAOS_STEPS), "--out", str(tmp_path),
            *HEAVY]  # fmt: skip
     # paced 2x so that the host is lost mid-run, not after the last step
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "SHOAL_SLOWDOWN": "2",
-           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # see docs/elastic.md
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "SHOAL_SLOWDOWN": "2",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }  # see docs/elastic.md
     logs = [open(tmp_path / f"agent{i}.log", "w") for i in range(2)]
-    first = subprocess.Popen(cmd, stdout=logs[0], stderr=subprocess.STDOUT, env=env,
-                             start_new_session=True)  # hosts the rendezvous store
+    first = subprocess.Popen(
+        cmd, stdout=logs[0], stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )  # hosts the rendezvous store
     time.sleep(2)
-    second = subprocess.Popen(cmd, stdout=logs[1], stderr=subprocess.STDOUT, env=env,
-                              start_new_session=True)
+    second = subprocess.Popen(
+        cmd, stdout=logs[1], stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

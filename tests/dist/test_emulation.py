@@ -9,7 +9,8 @@ from shoal_testing import metrics, shoal_run
 
 pytestmark = pytest.mark.dist
 WORKLOAD = "Transformer (batch size 32)"  # V100 / K80 = 3.03 in Gavel's measurements
-OPTIONS = ["-o", f"workload={WORKLOAD!r}", "-o", "micro_batch_size=32", "-o", "global_batch_size=128"]
+OPTIONS = ["-o", f"workload={WORKLOAD!r}", "-o", "micro_batch_size=32"]
+OPTIONS += ["-o", "global_batch_size=128"]
 # V100 / K80 = 11.6: M = 16, so that the k80's share is one micro-batch (the v100 takes 15)
 FAR_APART = "ResNet-18 (batch size 256)"
 FAR_OPTIONS = ["-o", f"workload={FAR_APART!r}", "-o", "micro_batch_size=16"]
@@ -24,7 +25,9 @@ def ratio(workload: str = WORKLOAD) -> float:
 def per_micro_batch_s(out, skip=3):
     rows = [r for r in metrics(out) if r["kind"] == "step"][skip:]
     return [
-        statistics.median(r["workers"][w]["micro_batch_time_s"] for r in rows if r["workers"][w]["micro_batches"])
+        statistics.median(
+            r["workers"][w]["micro_batch_time_s"] for r in rows if r["workers"][w]["micro_batches"]
+        )
         for w in range(2)
     ]
 
