@@ -8,7 +8,8 @@ run will do to the directory's files:
 - a resume of a run that already reached its --steps says so and changes nothing, if it is
   the same job: another job's result.json (its fingerprint) is refused, as its checkpoints are;
 - a resume whose every checkpoint is unusable is an error (skip warnings on the console),
-  never a fresh start;
+  never a fresh start, and so is one whose newest checkpoint is another job's (its fingerprint:
+  job file, options, seed, ...), refused before any worker starts;
 - a resume never deletes the previous `result.json` before it succeeds: it is set aside and
   put back if the run fails, and a resume that fails before training a step takes back the
   lines it appended to metrics.jsonl, so it leaves the directory as it found it (the worker
@@ -220,7 +221,7 @@ def set_aside_earlier_results(out: pathlib.Path) -> None:
 def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
     """Run `run()` (the controller) holding the directory's lock; the run's result. A resume is
     checked first: a finished run of the same job is reported, not redone (another job's is an
-    error); unusable checkpoints are an error."""
+    error); unusable checkpoints, or another job's, are an error."""
     out = pathlib.Path(config.out)
     with RunLock(out), _sigterm_interrupts():
         if not config.resume:
@@ -235,7 +236,9 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
                 f"(--steps {config.steps}); nothing to do, nothing changed\n"
             )
             return {**done, "earlier": True}  # (not this command's: the CLI says so)
-        step = check_resumable(config.checkpoint.dir or str(out / "checkpoints"))
+        # another job's checkpoint is refused here, before any worker starts (a worker would
+        # refuse it too, but only after the group formed, and the console would show its fail)
+        step = check_resumable(checkpoint_dir(config), config_fingerprint(config))
         check_metrics(out / METRICS_FILE)
         sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")
         with unchanged_if_failed(out):

@@ -2,6 +2,7 @@
 finds nothing usable, or has nothing left to do."""
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -26,15 +27,19 @@ from shoal.runtime.checkpoint import (
 )
 from shoal.runtime.outputs import append_line, job_fingerprint
 
-FP = "f" * 64
-
-
 def config(out, resume=True, steps=10) -> RunConfig:
-    return RunConfig(job="job.py", steps=steps, out=str(out), resume=resume)
+    return RunConfig(job=DIGITS, steps=steps, out=str(out), resume=resume)
 
 
-def checkpoint(out, step):
-    save_checkpoint(str(out / "checkpoints"), step, {"step": step, "w": torch.ones(2)}, FP)
+@functools.cache
+def digits_fingerprint() -> str:
+    return worker_fingerprint({})
+
+
+def checkpoint(out, step, fingerprint=None):
+    """A checkpoint of digits.py at `step` (the launcher checks a resume's fingerprint)."""
+    state = {"step": step, "w": torch.ones(2)}
+    save_checkpoint(str(out / "checkpoints"), step, state, fingerprint or digits_fingerprint())
 
 
 def tiny_job(**fields) -> SimpleNamespace:
@@ -118,6 +123,21 @@ def test_resuming_another_jobs_finished_run_is_refused_and_changes_nothing(tmp_p
     with pytest.raises(UserError, match=r"result.json belongs to a different job \(fingerprint"):
         run_in_directory(other, lambda: pytest.fail("ran"))
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != LOCK_FILE} == before
+
+
+def test_resuming_another_jobs_checkpoint_is_refused_before_any_worker_starts(tmp_path):
+    """An unfinished run's checkpoints belong to one job: a resume with other options was
+    refused only by the workers, after the group formed, with a failed run on the console."""
+    checkpoint(tmp_path, 4)
+    before = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    other = dataclasses.replace(config(tmp_path), options=["lr=0.3"])
+    with pytest.raises(UserError, match=r"checkpoint .*ckpt-0+4.json belongs to a different job"):
+        run_in_directory(other, lambda: pytest.fail("a worker started"))
+    after = {p.name: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert {n: b for n, b in after.items() if n != LOCK_FILE} == before
+    # the same job resumes
+    finish = lambda: (tmp_path / "result.json").write_text('{"final_step": 10}')
+    assert run_in_directory(config(tmp_path), finish) == {"final_step": 10}
 
 
 def test_cli_resume_of_another_jobs_finished_run_is_one_line_and_exit_2(tmp_path):
@@ -243,7 +263,7 @@ def test_resume_hint_is_a_shoal_run_command_that_parses_back(tmp_path):
     words = shlex.split(command)
     assert words[:2] == ["shoal", "run"]
     args = build_parser().parse_args(words[1:])
-    assert (args.job, args.steps, args.resume) == ("job.py", 10, str(out))
+    assert (args.job, args.steps, args.resume) == (DIGITS, 10, str(out))
     assert args.workers == "v100:on_demand,k80:spot"
     assert args.options == ["global_batch_size=256", "lr=0.1"]
 
@@ -499,7 +519,7 @@ def test_resume_hint_gives_every_flag_the_run_was_given(tmp_path):
             sites="0/1,2", compress="topk:0.1", pipeline=True, sparse_optim="dense"
         ),
     )
-    save_checkpoint(str(tmp_path / "ck"), 4, {"step": 4}, FP)
+    save_checkpoint(str(tmp_path / "ck"), 4, {"step": 4}, "f" * 64)
     hint = resume_hint(RunSpec(cfg, ["k80", "k80", "v100"]))
     assert "other flags" not in hint
     words = shlex.split(hint.split(" with: ", 1)[1])
