@@ -392,6 +392,29 @@ def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
     ), said[-1]
 
 
+def test_a_goal_back_within_reach_is_said_once_per_change():
+    """The miss was said once per run, and never taken back: a run whose measured steps
+    later sped up kept 'can no longer be met' as the console's last word on its deadline.
+    Now each change is one line (missed, back, missed again), and no decision repeats one."""
+    from shoal.control.mix_model import Mix
+    from shoal.control.scaler import Goal
+    from shoal.launcher.goalwatch import GoalWatch
+
+    watch = GoalWatch(Goal(deadline_s=1000.0))
+    fast = Mix({("v100", "spot"): 2}, step_s=1.0, finish_s=900.0, cost_usd=1.0)
+    late = Mix({("v100", "spot"): 4}, step_s=1.0, finish_s=1500.0, cost_usd=2.0)
+    news = [watch.news(m) for m in (fast, late, late, fast, fast, late)]
+    assert news == [None, "missed", None, "back", None, "missed"]
+    watch.news(fast)
+    assert watch.back_line(600.0, fast) == (
+        "the deadline of 1000 s is within reach again (at 600 s: finish at 900 s on 2xv100:spot)"
+    )
+    budget = GoalWatch(Goal(budget_usd=1.5))
+    assert [budget.news(m) for m in (late, fast)] == ["missed", "back"]
+    assert budget.back_line(10.0, fast).startswith("the budget of $1.5000 is within reach again")
+    assert GoalWatch(None).news(late) is None  # a fixed mix has no goal
+
+
 @pytest.mark.parametrize("goal", [{"budget": "1000usd"}, {"deadline": "10h"}])
 def test_a_goal_that_is_met_says_nothing(tmp_path, goal):
     d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], **goal)

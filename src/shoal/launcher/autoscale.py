@@ -314,11 +314,13 @@ class Driver:
         self.mix = mix
         if mix.counts:
             self.want = {k: n for k, n in mix.counts.items() if n}
-        said = self.watch.first_miss(mix)  # no mix meets the goal: said once (goalwatch.py)
-        if changed or periodic or said:
+        news = self.watch.news(mix)  # the goal out of reach, or back (goalwatch.py)
+        if changed or periodic or news:
             self.cost_line(now, mix)
-        if said:
+        if news == "missed":
             self.ctl.say(self.watch.warning(now, self.book.spent(now), mix))
+        elif news == "back":
+            self.ctl.say(self.watch.back_line(now, mix))
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
         over, late = self.watch.marks(mix) if mix is not None else (False, False)

@@ -5,7 +5,10 @@ no mix may meet the goal any more (revocations bought dearer or slower replaceme
 measured steps are slower than the launch estimate, or the goal was simply too tight). The
 scaler then holds the cheapest mix that finishes (a budget) or the fastest (a deadline), and
 the run goes on at it: stopping would lose the work paid for. It is said, in the run's style:
-- once per run, on the console, at the first decision that finds it (`warning`);
+- on the console, at the first decision that finds it (`warning`), and, if a later decision
+  finds the goal within reach again (faster measured steps, cheaper offers), that too
+  (`back_line`): the console's last word on the goal is the latest decision's, one line per
+  change of it, never one per decision;
 - in each such decision's cost line: `over_budget` or `past_deadline` (`marks`);
 - at the end, in the console's cost line, when the spend went over the budget or the run
   ended past its deadline, predicted or not (`end_line`).
@@ -27,7 +30,7 @@ class GoalWatch:
 
     def __init__(self, goal: Goal | None) -> None:
         self.goal = goal
-        self.said = False  # the goal can no longer be met: said once
+        self.missing = False  # the console's last word: the goal can no longer be met
 
     def marks(self, mix: Mix) -> tuple[bool, bool]:
         """A decision's (over_budget, past_deadline): no mix meets the goal, `mix` is the
@@ -35,12 +38,14 @@ class GoalWatch:
         goal = self.goal
         return goal.over_budget(mix.cost_usd), goal.past_deadline(mix.finish_s)
 
-    def first_miss(self, mix: Mix) -> bool:
-        """Whether this decision is the run's first to miss the goal (it is said now)."""
-        if self.said or not any(self.marks(mix)):
-            return False
-        self.said = True
-        return True
+    def news(self, mix: Mix) -> str | None:
+        """What this decision changes in what the console said of the goal: "missed" (the
+        first decision that misses it, or the first after it was back within reach), "back"
+        (the first that meets it after a miss was said), None (nothing new)."""
+        if self.goal is None or any(self.marks(mix)) == self.missing:
+            return None
+        self.missing = not self.missing
+        return "missed" if self.missing else "back"
 
     def warning(self, now: float, spent: float, mix: Mix) -> str:
         """The console's warning at the first miss, at emulated `now` with `spent` so far."""
@@ -60,6 +65,19 @@ class GoalWatch:
                 why, then = f"at {now:.0f} s no mix is predicted to finish", label
             missed = f"the deadline of {goal.deadline_s:.0f} s can no longer be met"
         return f"warning: {missed} ({why}); continuing at {then}"
+
+    def back_line(self, now: float, mix: Mix) -> str:
+        """The console's line when a decision finds the goal within reach again."""
+        goal, label = self.goal, lease_label(mix.counts)
+        if goal.budget_usd is not None:
+            return (
+                f"the budget of ${goal.budget_usd:.4f} is within reach again (at {now:.0f} s: "
+                f"${mix.cost_usd:.4f} in all on {label})"
+            )
+        return (
+            f"the deadline of {goal.deadline_s:.0f} s is within reach again (at {now:.0f} s: "
+            f"finish at {mix.finish_s:.0f} s on {label})"
+        )
 
     def end_line(self, total_usd: float, revocations: int, end_s: float) -> str:
         """The end's console cost line: the spend and the revocations, and, briefly, a budget
