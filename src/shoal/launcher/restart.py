@@ -22,7 +22,7 @@ from shoal.config import RunConfig
 from shoal.launcher.events import Event
 from shoal.launcher.leases import LeaseBook
 from shoal.launcher.rundir import checkpoint_dir
-from shoal.metrics import MembershipEvent, StepLine
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.runtime.checkpoint import latest_checkpoint_step
 from shoal.runtime.outputs import append_line
 

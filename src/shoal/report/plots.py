@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from shoal.metrics import StepLine
+from shoal.metrics.training import StepLine
 from shoal.report.load import Run
 from shoal.report.timeline import Timeline, worker_order
 

@@ -37,7 +37,8 @@ import torch.distributed as dist
 from shoal.config import RunConfig
 from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
 from shoal.job import Job, build_job, load_job_file, parse_options
-from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
+from shoal.metrics.files import METRICS_FILE, read_metrics
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.plan.assign import NotEnoughCapacity
 from shoal.runtime import outputs
 from shoal.runtime.batching import check_batch

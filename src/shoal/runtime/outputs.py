@@ -21,15 +21,8 @@ from typing import Any
 from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError
-from shoal.metrics import (
-    METRICS_FILE,
-    RESULT_FILE,
-    MembershipEvent,
-    RunResult,
-    StepLine,
-    WorkerShare,
-    read_metrics,
-)
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult, read_metrics
+from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 from shoal.runtime.batching import batch_settings
 
 

@@ -5,7 +5,8 @@ import json
 import os
 import types
 
-from shoal.metrics import MembershipEvent, read_metrics
+from shoal.metrics.files import read_metrics
+from shoal.metrics.training import MembershipEvent
 from shoal.runtime.loop import _continue_earlier_life, _log_restart
 
 
