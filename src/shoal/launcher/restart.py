@@ -7,7 +7,7 @@ the new group loads the newest durable checkpoint. A revocation while the replac
 only replaces that server: nothing trains to be stopped. The notice is ignored: the job is
 stopped at the revocation, as a managed spot job is when its cluster is preempted.
 
-The workers write no recover line under this strategy (`runtime.loop`); the controller writes
+The workers write no recover line under this strategy (`runtime.continuity`); the controller writes
 it at the restarted group's first step line, with the steps of work lost (those done since the
 checkpoint it loaded, and the one in flight, as a recovery from peers counts its own) and the
 time from the stop to that line.

@@ -200,8 +200,8 @@ def write_result(
     """result.json, by rank 0 of the last group. `wall_s` and `samples_at_start` cover this
     attempt (the run, or one --resume of it), whichever worker writes it: the time since its
     first group began training (worker start-up excluded) and the samples of the state it
-    began with; samples_per_s is the samples trained since over that time (runtime/loop.py
-    `_count_from`)."""
+    began with; samples_per_s is the samples trained since over that time
+    (runtime/continuity.py `count_from`)."""
     result = RunResult(
         final_step=trainer.step,
         state_sha256=digest,
