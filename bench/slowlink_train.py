@@ -84,7 +84,7 @@ from slowlink.testbed import RDZV_PORT, WAN, SlowLinkBed, bed_available  # noqa:
 from shoal.config import SlowLinkConfig  # noqa: E402
 from shoal.errors import UserError  # noqa: E402
 from shoal.job import build_job, load_job_file, parse_options  # noqa: E402
-from shoal.metrics import RESULT_FILE, read_result  # noqa: E402
+from shoal.metrics.files import RESULT_FILE, read_result  # noqa: E402
 
 DDP_WORKER = HERE / "slowlink" / "ddp_train.py"
 FAST_MBIT = 10_000.0  # the replays' link: fast enough that it is not what bounds them

@@ -131,7 +131,7 @@ def make_driver(host_s=0.01, out="unused", **provider):
 
 
 def test_driver_measures_host_overhead_and_batch_changes():
-    from shoal.metrics import MembershipEvent, StepLine, WorkerShare
+    from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 
     d = make_driver(host_s=0.03)  # an estimate the measurements below do not confirm
     assert d.want == {("k80", "on_demand"): 1, ("k80", "spot"): 1}
@@ -154,7 +154,7 @@ def test_driver_measures_host_overhead_and_batch_changes():
 
 
 def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_count():
-    from shoal.metrics import MembershipEvent
+    from shoal.metrics.training import MembershipEvent
 
     d = make_driver()
     import types
@@ -180,7 +180,7 @@ def two_k80_members(d, metrics, say):
     members on the initial servers and three measured steps; the controller is returned."""
     import types
 
-    from shoal.metrics import StepLine, WorkerShare
+    from shoal.metrics.training import StepLine, WorkerShare
 
     workers = {}
 
@@ -308,7 +308,7 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     import json
     import types
 
-    from shoal.metrics import StepLine, WorkerShare
+    from shoal.metrics.training import StepLine, WorkerShare
 
     d = make_driver(recovery="restart")
     metrics = tmp_path / "metrics.jsonl"

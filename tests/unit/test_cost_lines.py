@@ -7,9 +7,10 @@ import pytest
 
 from shoal.cluster.ledger import CostLedger
 from shoal.errors import UserError
-from shoal.metrics import CostLine, LeaseLine, RunResult, parse_line, read_metrics
+from shoal.metrics.cost import CostLine, LeaseLine
+from shoal.metrics.files import RunResult, parse_line, read_metrics
 from shoal.report.load import load_run
-from shoal.report.plots import cost_by_kind
+from shoal.report.plots_optional import cost_by_kind
 from shoal.report.summary import summarize
 
 

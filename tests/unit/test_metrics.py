@@ -5,16 +5,14 @@ import json
 import pytest
 
 from shoal.errors import UserError
-from shoal.metrics import (
-    MembershipEvent,
+from shoal.metrics.files import (
     RunResult,
-    StepLine,
-    WorkerShare,
     parse_line,
     parse_metrics_bytes,
     read_metrics,
     read_result,
 )
+from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 
 STEP = StepLine(
     step=3,

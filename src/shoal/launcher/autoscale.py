@@ -46,7 +46,7 @@ from shoal.launcher.leases import LeaseBook, lease_label
 from shoal.launcher.measured import Measurements
 from shoal.launcher.restart import Restarts
 from shoal.launcher.runmodel import RunModel
-from shoal.metrics import MembershipEvent, StepLine
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.runtime.outputs import write_json_atomic
 from shoal.sim.scenario import Scenario
 

@@ -24,7 +24,8 @@ from shoal.cluster.ledger import Carried, CostLedger, carry_over
 from shoal.cluster.provider import EmulatedProvider, Lease
 from shoal.control.mix_model import Mix
 from shoal.errors import UserError
-from shoal.metrics import METRICS_FILE, RESULT_FILE, CostLine, LeaseLine, read_metrics
+from shoal.metrics.cost import CostLine, LeaseLine
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, read_metrics
 from shoal.runtime.outputs import append_line, write_json_atomic
 
 

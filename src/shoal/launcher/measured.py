@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from shoal.control.mix_model import profile_step_time
-from shoal.metrics import MembershipEvent, StepLine
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.sim.scenario import join_delay_at
 
 WINDOW = 20  # measurements kept

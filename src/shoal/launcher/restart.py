@@ -7,7 +7,7 @@ the new group loads the newest durable checkpoint. A revocation while the replac
 only replaces that server: nothing trains to be stopped. The notice is ignored: the job is
 stopped at the revocation, as a managed spot job is when its cluster is preempted.
 
-The workers write no recover line under this strategy (`runtime.loop`); the controller writes
+The workers write no recover line under this strategy (`runtime.continuity`); the controller writes
 it at the restarted group's first step line, with the steps of work lost (those done since the
 checkpoint it loaded, and the one in flight, as a recovery from peers counts its own) and the
 time from the stop to that line.
@@ -22,7 +22,7 @@ from shoal.config import RunConfig
 from shoal.launcher.events import Event
 from shoal.launcher.leases import LeaseBook
 from shoal.launcher.rundir import checkpoint_dir
-from shoal.metrics import MembershipEvent, StepLine
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.runtime.checkpoint import latest_checkpoint_step
 from shoal.runtime.outputs import append_line
 

@@ -37,7 +37,7 @@ from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
 from shoal.job import parse_options
 from shoal.launcher.spec import RunSpec, load_job
-from shoal.metrics import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
 from shoal.runtime.built import built_model
 from shoal.runtime.checkpoint import OTHER_JOB, check_resumable, latest_checkpoint_step
 from shoal.runtime.outputs import job_fingerprint

@@ -35,7 +35,8 @@ from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
 from shoal.launcher.generations import Generations
 from shoal.launcher.rundir import next_number, resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds, local_worker_limit
-from shoal.metrics import METRICS_FILE, RESULT_FILE, MembershipEvent, StepLine, parse_line
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, parse_line
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line, last_logged_step
 

@@ -2,7 +2,8 @@
 
 Pure Python plus matplotlib (imported lazily, Agg renderer); no torch. `load` reads the files
 through the schema in `shoal.metrics`, `timeline` and `summary` derive what the page shows,
-`plots` draws the PNGs, `page` writes the HTML and `build.write_report` ties them together for
+`plots` draws the PNGs (those only some runs get in `plots_optional`, the look they share in
+`plot_style`), `page` writes the HTML and `build.write_report` ties them together for
 `shoal report`.
 """
 

@@ -13,18 +13,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from shoal.errors import UserError
-from shoal.metrics import (
+from shoal.metrics.cost import CostLine, LeaseLine
+from shoal.metrics.files import (
     METRICS_FILE,
     RESULT_FILE,
-    CostLine,
-    LeaseLine,
-    MembershipEvent,
     Record,
     RunResult,
-    StepLine,
     parse_metrics_bytes,
     read_result,
 )
+from shoal.metrics.training import MembershipEvent, StepLine
 
 __all__ = ["MembershipEvent", "Run", "RunResult", "StepLine", "load_run"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from urllib.parse import quote
 
-from shoal.report.plots import EVENT_STYLE
+from shoal.report.plot_style import EVENT_STYLE
 from shoal.report.summary import Summary
 from shoal.report.timeline import Timeline
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from shoal.metrics import MembershipEvent, StepLine
+from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.report.load import Run
 
 

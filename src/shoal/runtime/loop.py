@@ -13,36 +13,38 @@ life of the process) it spools its step-boundary state to a node-local spool and
 the restarted workers resume from the newest spool or checkpoint any of them holds.
 
 Any other exception (the job's code raising, wrong shapes, a loss that is not a scalar, bad
-input) is deterministic: every worker would meet it again, after any regroup or resume. The
-worker then reports it in one line (file and line) in `<id>.cause.json` for the controller, with
-the traceback, and exits with code 2.
+input) is deterministic: the worker reports it in `<id>.cause.json` and exits with code 2
+(`job_errors.py`). What the records need across lost groups and restarts (the run's clock, the
+recovery lines, what result.json counts from) is kept by `continuity.py`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 import os
-import pathlib
 import shutil
 import signal
 import sys
 import time
-import traceback
 from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
 from shoal.config import RunConfig
-from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
+from shoal.errors import UserError
 from shoal.job import Job, build_job, load_job_file, parse_options
-from shoal.metrics import METRICS_FILE, MembershipEvent, StepLine, read_metrics
 from shoal.plan.assign import NotEnoughCapacity
 from shoal.runtime import outputs
 from shoal.runtime.batching import check_batch
 from shoal.runtime.checkpoint import Checkpointer, load_latest, save_checkpoint
+from shoal.runtime.continuity import (
+    continue_earlier_life,
+    count_from,
+    log_restart,
+    restart_after_loss,
+)
 from shoal.runtime.finite import NonFiniteStep
+from shoal.runtime.job_errors import reports_errors
 from shoal.runtime.local_update import LocalUpdate
 from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
@@ -69,7 +71,7 @@ class Worker:
     has_state: bool = False
     attempted: int = -1  # the step in flight when the last group broke (-1: none)
     ended_at: float | None = None  # when the last generation ended (for the recovery line)
-    # what result.json counts from (see _count_from; None until known): the samples of the
+    # what result.json counts from (see count_from; None until known): the samples of the
     # state this attempt began with and when its first group began training
     samples_at_start: int = 0
     counted_since: float | None = None
@@ -111,44 +113,6 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def reports_errors(main):
-    """Turn an exception that is not a peer's failure into a reported cause and a UserError
-    (which the worker's entry prints as one line, exit code 2)."""
-
-    @functools.wraps(main)
-    def wrapper(config: RunConfig) -> int:
-        try:
-            return main(config)
-        except PeerFailure:
-            raise
-        except Exception as exc:
-            error = exc if isinstance(exc, UserError) else user_code_error(exc)
-            text = traceback.format_exc()
-            path = _write_cause(config, str(error), text)
-            if os.environ.get("SHOAL_WORKER_ID") or path is None:
-                sys.stderr.write(text)  # under shoal run, stderr is the worker's log
-            elif not isinstance(exc, UserError):  # torchrun: stderr is the console, one line
-                raise UserError(f"{error} (traceback in {path})") from exc
-            raise error from exc
-
-    return wrapper
-
-
-def _write_cause(config: RunConfig, cause: str, text: str) -> pathlib.Path | None:
-    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs;
-    its path, or None if it could not be written."""
-    wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
-    folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
-        tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
-        os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
-    except OSError:
-        return None  # the one-line error on stderr still tells it
-    return folder / f"{wid}{CAUSE_SUFFIX}"
-
-
 @reports_errors
 def main(config: RunConfig) -> int:
     t0 = float(os.environ.get("SHOAL_T0", time.time()))
@@ -165,7 +129,7 @@ def main(config: RunConfig) -> int:
         code = _generation(w, group, device)
         if code is not None:
             return code
-    wall_s = time.time() - w.counted_since  # see _count_from
+    wall_s = time.time() - w.counted_since  # see count_from
     if w.trainer.local:  # local-update mode: the last round's outer step, one final model
         w.trainer.local.finish(w.trainer)
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
@@ -221,7 +185,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
     if membership.restarted:
-        _continue_earlier_life(w)
+        continue_earlier_life(w)
     if os.environ.get("SHOAL_LOG_SAMPLES") == "1":  # tests: which samples each step read
         (out / "samples").mkdir(exist_ok=True)
         log = out / "samples" / f"{membership.worker_id}.jsonl"
@@ -229,42 +193,6 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
             log, {"step": step, "micro_batch": j, "ids": ids}
         )
     return w
-
-
-def _continue_earlier_life(w: Worker) -> None:
-    """A process restarted by torchrun: keep the run's clock (wall times stay those of the whole
-    run, not of this life) and remember the group the last life logged, so rank 0 can log who
-    was lost or joined and the recovery time (from the last record the earlier life wrote)."""
-    path = w.out / METRICS_FILE
-    records = list(read_metrics(path)) if path.exists() else []
-    timed = [r for r in records if r.wall_time_s is not None]
-    steps = [r for r in records if isinstance(r, StepLine)]
-    if not timed or not steps:
-        return
-    last_write = path.stat().st_mtime
-    if "SHOAL_T0" not in os.environ:
-        w.t0 = last_write - timed[-1].wall_time_s
-    w.ended_at = last_write
-    w.earlier_ids = tuple(share.id for share in steps[-1].workers)
-
-
-def _log_restart(w: Worker, group: Group) -> None:
-    """Rank 0 of a group torchrun restarted: the membership changes, as `shoal run` logs them."""
-    before, now = set(w.earlier_ids or ()), set(group.ids)
-    restart = f"torchrun restart {group.generation}"
-    changes = [("fail", i, f"gone at {restart}") for i in sorted(before - now)]
-    changes += [("join", i, f"admitted at {restart}") for i in sorted(now - before)]
-    for event, wid, detail in changes:
-        record = MembershipEvent(
-            event=event,
-            worker=wid,
-            device="native",
-            step=w.trainer.step,
-            wall_time_s=time.time() - w.t0,
-            detail=detail,
-        )
-        outputs.append_line(w.out / METRICS_FILE, record)
-    w.earlier_ids = None
 
 
 def _generation(w: Worker, group: Group, device: torch.device) -> int | None:
@@ -314,16 +242,16 @@ def _train(w: Worker, group: Group, device: torch.device):
     if trainer.exchange is not None:  # each site's residuals to its members (sites.py)
         trainer.exchange.share(device, trainer.step)
     w.note(f"state at step {trainer.step} from {source}")
-    _count_from(w, group, device)
+    count_from(w, group, device)
     w.has_state, w.attempted = True, -1
     w.writer = outputs.StepLog(w.out, group, w.job, w.t0) if group.rank == 0 else None
     if w.writer and w.earlier_ids is not None:
-        _log_restart(w, group)
+        log_restart(w, group)
     recovery = None  # the recover line rank 0 writes after the first step, if any
     if w.writer and w.ended_at is not None:
         recovery = (w.ended_at, lost, source)
     elif w.writer:
-        recovery = _restart_after_loss(w, group)
+        recovery = restart_after_loss(w, group)
     rec, first = None, True
     while trainer.step < w.config.steps:
         w.attempted = trainer.step
@@ -357,49 +285,6 @@ def _short_of_capacity(w: Worker, group: Group, exc: NotEnoughCapacity) -> UserE
         f"{exc}; the state of step {step} is checkpointed: --resume with more workers or a "
         "higher --max-micro-batches"
     )
-
-
-def _count_from(w: Worker, group: Group, device: torch.device) -> None:
-    """What result.json's wall time and samples/s count from, whichever worker writes it: the
-    moment this attempt's first group began training (worker start-up is not training, as in
-    the step lines' samples/s) and the samples of the state it began with (0 from scratch, the
-    resumed state's on a resume). The first group's members set both, and every generation
-    hands them to its newcomers (one MIN all-reduce, a newcomer sending `unknown`), so a rank 0
-    that joined mid-run reports the attempt, not its own stretch. A later group none of whose
-    members knew them (every holder lost, a torchrun restart) counts from the state it took
-    and the attempt's clock (t0: start-up and the lost work included)."""
-    if w.counted_since is None and group.generation == 0:
-        w.samples_at_start, w.counted_since = w.trainer.samples_seen, time.time()
-    if dist.is_initialized():  # every member calls it: the same collectives on all
-        unknown = torch.iinfo(torch.int64).max
-        known = w.counted_since is not None
-        mine = [w.samples_at_start, int(w.counted_since * 1e6)] if known else [unknown, unknown]
-        agreed = torch.tensor(mine, dtype=torch.int64, device=device)
-        collective(dist.all_reduce, agreed, op=dist.ReduceOp.MIN)
-        if int(agreed[1]) != unknown:
-            w.samples_at_start, w.counted_since = int(agreed[0]), int(agreed[1]) / 1e6
-    if w.counted_since is None:
-        w.samples_at_start, w.counted_since = w.trainer.samples_seen, w.t0
-
-
-def _restart_after_loss(w: Worker, group: Group) -> tuple[float, int, str, int] | None:
-    """A recovery for rank 0 of a group that took its state from no member (`w.restored`: a
-    fresh start, the spool or a durable checkpoint) after an earlier generation of this attempt
-    trained: every holder of the state was lost, and the steps done since are done again. It
-    counts from the controller's line for the last holder gone (a `fail`, whose step in flight
-    is lost too, or a `leave`), written before this generation was published. Under
-    `--recovery restart` the controller logs the restarts it makes itself (launcher/restart.py)."""
-    if w.restored is None or group.generation == 0 or w.config.provider.recovery == "restart":
-        return None
-    records = read_metrics(w.writer.path) if w.writer.path.exists() else []
-    gone = [r for r in records if isinstance(r, MembershipEvent) and r.event in ("fail", "leave")]
-    if not gone or gone[-1].wall_time_s is None:
-        return None  # nobody trained and was lost (a torchrun restart before any step)
-    last = gone[-1]
-    done = w.writer.logged + 1  # steps done before the loss (recomputed ones are not logged)
-    lost = max(0, done - w.trainer.step) + int(last.event == "fail")
-    source = f"{w.restored}: every holder of the state was lost"
-    return w.t0 + last.wall_time_s, lost, source, w.trainer.step
 
 
 def _leaving(w: Worker, group: Group, rec: StepRecord, device: torch.device) -> list[int]:

@@ -21,15 +21,8 @@ from typing import Any
 from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError
-from shoal.metrics import (
-    METRICS_FILE,
-    RESULT_FILE,
-    MembershipEvent,
-    RunResult,
-    StepLine,
-    WorkerShare,
-    read_metrics,
-)
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult, read_metrics
+from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 from shoal.runtime.batching import batch_settings
 
 
@@ -207,8 +200,8 @@ def write_result(
     """result.json, by rank 0 of the last group. `wall_s` and `samples_at_start` cover this
     attempt (the run, or one --resume of it), whichever worker writes it: the time since its
     first group began training (worker start-up excluded) and the samples of the state it
-    began with; samples_per_s is the samples trained since over that time (runtime/loop.py
-    `_count_from`)."""
+    began with; samples_per_s is the samples trained since over that time
+    (runtime/continuity.py `count_from`)."""
     result = RunResult(
         final_step=trainer.step,
         state_sha256=digest,

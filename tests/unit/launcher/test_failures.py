@@ -10,7 +10,7 @@ from shoal.errors import UserError, cause_line
 from shoal.launcher.events import parse_events
 from shoal.launcher.spec import RunSpec, check_storage, unreachable_events
 from shoal.launcher.supervisor import attempt_dir, describe
-from shoal.metrics import MembershipEvent
+from shoal.metrics.training import MembershipEvent
 
 
 def run(capsys, job, *extra):

@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from shoal.runtime.loop import _restart_after_loss
+from shoal.runtime.continuity import restart_after_loss
 
 
 def worker(
@@ -36,7 +36,7 @@ def test_the_steps_since_the_state_are_lost_and_a_failures_step_in_flight(
     tmp_path, event, in_flight
 ):
     lines = [gone("fail", 1.0), {"kind": "step", "step": 24}, gone(event, 7.5)]
-    ended_at, lost, source, step = _restart_after_loss(worker(tmp_path, lines, 24), group())
+    ended_at, lost, source, step = restart_after_loss(worker(tmp_path, lines, 24), group())
     assert ended_at == 107.5  # the last holder's line, on the run's clock
     assert lost == 25 - 20 + in_flight and step == 20
     assert source == "the checkpoint of step 20: every holder of the state was lost"
@@ -44,9 +44,9 @@ def test_the_steps_since_the_state_are_lost_and_a_failures_step_in_flight(
 
 def test_no_recovery_at_the_attempts_start_from_a_peer_or_for_the_restart_strategy(tmp_path):
     lines = [gone("fail", 7.5)]
-    assert _restart_after_loss(worker(tmp_path, lines, 24), group(generation=0)) is None
-    assert _restart_after_loss(worker(tmp_path, lines, 24, restored=None), group()) is None
+    assert restart_after_loss(worker(tmp_path, lines, 24), group(generation=0)) is None
+    assert restart_after_loss(worker(tmp_path, lines, 24, restored=None), group()) is None
     # --recovery restart: the controller logs the restarts it makes (launcher/restart.py)
     w = worker(tmp_path, lines, 24, recovery="restart")
-    assert _restart_after_loss(w, group()) is None
-    assert _restart_after_loss(worker(tmp_path, [], -1), group()) is None  # nothing was lost
+    assert restart_after_loss(w, group()) is None
+    assert restart_after_loss(worker(tmp_path, [], -1), group()) is None  # nothing was lost

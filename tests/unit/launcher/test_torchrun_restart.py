@@ -5,8 +5,9 @@ import json
 import os
 import types
 
-from shoal.metrics import MembershipEvent, read_metrics
-from shoal.runtime.loop import _continue_earlier_life, _log_restart
+from shoal.metrics.files import read_metrics
+from shoal.metrics.training import MembershipEvent
+from shoal.runtime.continuity import continue_earlier_life, log_restart
 
 
 def step_line(step, ids, wall):
@@ -21,13 +22,13 @@ def test_restart_logs_who_is_gone_and_who_joined(tmp_path, monkeypatch):
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     os.utime(path, (1000.0, 1000.0))  # the earlier life's last write
     w = types.SimpleNamespace(out=tmp_path, t0=5000.0, ended_at=None, earlier_ids=None)
-    _continue_earlier_life(w)
+    continue_earlier_life(w)
     assert w.t0 == 1000.0 - 4.5  # the run's clock, not this life's
     assert w.ended_at == 1000.0 and w.earlier_ids == ("a:1:0", "b:2:0")
 
     w.trainer = types.SimpleNamespace(step=2)
     group = types.SimpleNamespace(ids=("a:1:0", "c:3:0"), generation=1)
-    _log_restart(w, group)
+    log_restart(w, group)
     events = [
         (r.event, r.worker, r.step) for r in read_metrics(path) if isinstance(r, MembershipEvent)
     ]
@@ -37,5 +38,5 @@ def test_restart_logs_who_is_gone_and_who_joined(tmp_path, monkeypatch):
 
 def test_first_life_changes_nothing(tmp_path):
     w = types.SimpleNamespace(out=tmp_path, t0=5.0, ended_at=None, earlier_ids=None)
-    _continue_earlier_life(w)  # no metrics yet
+    continue_earlier_life(w)  # no metrics yet
     assert (w.t0, w.ended_at, w.earlier_ids) == (5.0, None, None)

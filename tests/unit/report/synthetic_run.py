@@ -18,14 +18,8 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from shoal.metrics import (
-    METRICS_FILE,
-    RESULT_FILE,
-    MembershipEvent,
-    RunResult,
-    StepLine,
-    WorkerShare,
-)
+from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult
+from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 

@@ -3,7 +3,7 @@ beside the loss); a fixed-batch run does not."""
 
 import json
 
-from shoal.metrics import StepLine
+from shoal.metrics.training import StepLine
 from shoal.report import write_report
 
 

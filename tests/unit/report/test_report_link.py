@@ -4,7 +4,7 @@ schema; a run without one gets no such plot."""
 
 import json
 
-from shoal.metrics import StepLine
+from shoal.metrics.training import StepLine
 from shoal.report import write_report
 
 

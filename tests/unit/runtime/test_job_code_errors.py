@@ -6,7 +6,7 @@ import pytest
 
 from shoal.config import RunConfig
 from shoal.errors import UserError
-from shoal.runtime.loop import reports_errors
+from shoal.runtime.job_errors import reports_errors
 
 
 @reports_errors

@@ -1,0 +1,57 @@
+"""An exception in a worker that is not a peer's failure: the job's code raising, wrong shapes, a
+loss that is not a scalar, bad input. It is deterministic: every worker would meet it again,
+after any regroup or resume. `reports_errors` wraps the worker's entry so that the worker
+reports it in one line (file and line) in `<id>.cause.json` for the controller, with the
+traceback, and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import sys
+import traceback
+
+from shoal.config import RunConfig
+from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
+from shoal.runtime.membership import PeerFailure
+
+
+def reports_errors(main):
+    """Turn an exception that is not a peer's failure into a reported cause and a UserError
+    (which the worker's entry prints as one line, exit code 2)."""
+
+    @functools.wraps(main)
+    def wrapper(config: RunConfig) -> int:
+        try:
+            return main(config)
+        except PeerFailure:
+            raise
+        except Exception as exc:
+            error = exc if isinstance(exc, UserError) else user_code_error(exc)
+            text = traceback.format_exc()
+            path = _write_cause(config, str(error), text)
+            if os.environ.get("SHOAL_WORKER_ID") or path is None:
+                sys.stderr.write(text)  # under shoal run, stderr is the worker's log
+            elif not isinstance(exc, UserError):  # torchrun: stderr is the console, one line
+                raise UserError(f"{error} (traceback in {path})") from exc
+            raise error from exc
+
+    return wrapper
+
+
+def _write_cause(config: RunConfig, cause: str, text: str) -> pathlib.Path | None:
+    """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs;
+    its path, or None if it could not be written."""
+    wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
+    folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
+        tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
+        os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
+    except OSError:
+        return None  # the one-line error on stderr still tells it
+    return folder / f"{wid}{CAUSE_SUFFIX}"
