@@ -27,6 +27,7 @@ from shoal.runtime.checkpoint import (
 )
 from shoal.runtime.outputs import append_line, job_fingerprint
 
+
 def config(out, resume=True, steps=10) -> RunConfig:
     return RunConfig(job=DIGITS, steps=steps, out=str(out), resume=resume)
 
