@@ -29,32 +29,18 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.control.mix_model import ScalerInput, batch_at, revocation_rate
 from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
+from shoal.sim.replay_result import ScenarioResult
 from shoal.sim.scenario import Scenario, initial_counts, join_delay_at, step_time_model
 
 HORIZON_S = 30 * 86400.0  # emulated time after which a run that has not finished is an error
 MAX_EVENTS = 2_000_000  # a loop guard: no sane scenario handles this many events
-
-
-@dataclass(frozen=True)
-class ScenarioResult:
-    time_s: float
-    cost_usd: float
-    revocations: int
-    changes: int
-    cost_by_kind: dict[str, float]
-    events: tuple[dict, ...]
-    lost_steps: float = 0.0  # training lost to revocations (in-flight steps, rollbacks)
-
-    def summary(self) -> dict:
-        """The result without its event log (what `--json` prints)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "events"}
 
 
 @dataclass
