@@ -27,10 +27,11 @@ The scenario (the defaults): spot lifetimes from Bamboo's measured AWS g4dn trac
 an hour, a tenth of them outlive 6.5 h) for every kind, a 300 s boot (`--startup 300`), a
 30 s notice, a 10 h deadline for 60 steps. Revocations are frequent there (the shipped GCE
 lifetimes, `--lifetimes gce`, revoke a server within 24 h one time in five: a 150-step run over
-28 h met one revocation in five seeds). The simulator on the prior profile, seeds 0-4: the
-scaler starts on 4 P100 spot (the fastest of the mixes within NEAR_BEST of the cheapest),
-meets 24 revocations and saves 58 % against 2 P100 on-demand (51 % at --startup 1200);
-restart, on 2 P100 spot, meets 48.
+28 h met one revocation in five seeds). The simulator on the prior profile, seeds 0-4 (each
+side's initial servers ready at the start, as live; 2026-11-25, the script in
+docs/notes/autoscaling-live.md): the scaler starts on 4 P100 spot (the fastest of the mixes
+within NEAR_BEST of the cheapest), meets 27 revocations and saves 57.5 % against 2 P100
+on-demand (51.0 % at --startup 1200); restart, on 2 P100 spot, meets 66.
 
 Sides, per seed:
 - `scaler`: `--autoscale --deadline D --kinds k80,p100,v100`. Its initial `--workers` are the

@@ -125,15 +125,22 @@ def _run_scenario(args: argparse.Namespace) -> int:
     from shoal.sim.replay import simulate
     from shoal.sim.scenario import load_scenario
 
-    result = simulate(load_scenario(args.scenario))
+    sc = load_scenario(args.scenario)
+    result = simulate(sc)
     if args.json:
         print(json.dumps(result.summary(), sort_keys=True))
         return 0
     by_kind = ", ".join(f"{k} {usd:.4f}" for k, usd in result.cost_by_kind.items()) or "none"
+    # a goal missed at the end, in the live end line's words (`launcher/goalwatch.py`)
+    over = f", over the budget of ${sc.goal['budget_usd']:.4f}" if result.over_budget else ""
+    late = ""
+    if result.past_deadline:
+        end, deadline = result.time_s, sc.goal["deadline_s"]
+        late = f"; ended at {end:.0f} s, past the deadline of {deadline:.0f} s"
     print(
         f"scenario {args.scenario}: time {result.time_s:.1f} s ({result.time_s / 3600:.2f} h), "
-        f"cost {result.cost_usd:.4f} USD, revocations {result.revocations}, "
-        f"membership changes {result.changes}, steps lost {result.lost_steps:.1f}\n"
+        f"cost {result.cost_usd:.4f} USD{over}, revocations {result.revocations}, "
+        f"membership changes {result.changes}, steps lost {result.lost_steps:.1f}{late}\n"
         f"cost by kind (USD): {by_kind}"
     )
     return 0

@@ -21,6 +21,14 @@ runtime does) -- and resumes when capacity returns. `restart_from_checkpoint` mo
 managed spot strategy instead: any revocation tears the whole set down and restarts the job from
 the last periodic checkpoint on a fresh set. Billing goes through `cluster.ledger.CostLedger`,
 per second from request to release or revocation, one account per kind.
+
+A target mix is executed make-before-break, as live (`_fill`, `_shrink` in `autoscale.py`):
+missing servers are requested at once (within max_servers; a noticed server does not count),
+surplus ones still booting released at once, and surplus members (newest first) leave once none
+of the staying servers boots, never the last member: until then they are held, billed, train.
+Live, one is asked to leave per poll (0.05 wall s) and goes at its next step boundary, so they
+meet at one boundary; here all go at the last join, one change (the replay trains continuously).
+A leave is followed by a fill: a swap at max_servers goes one server at a time.
 """
 
 from __future__ import annotations
@@ -29,32 +37,18 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
 from shoal.control.mix_model import ScalerInput, batch_at, revocation_rate
 from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
+from shoal.sim.replay_result import ScenarioResult, goal_marks
 from shoal.sim.scenario import Scenario, initial_counts, join_delay_at, step_time_model
 
 HORIZON_S = 30 * 86400.0  # emulated time after which a run that has not finished is an error
 MAX_EVENTS = 2_000_000  # a loop guard: no sane scenario handles this many events
-
-
-@dataclass(frozen=True)
-class ScenarioResult:
-    time_s: float
-    cost_usd: float
-    revocations: int
-    changes: int
-    cost_by_kind: dict[str, float]
-    events: tuple[dict, ...]
-    lost_steps: float = 0.0  # training lost to revocations (in-flight steps, rollbacks)
-
-    def summary(self) -> dict:
-        """The result without its event log (what `--json` prints)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "events"}
 
 
 @dataclass
@@ -75,6 +69,7 @@ class _Run:
         self.rates = {k: revocation_rate(self.provider.model(k), k) for k in self.provider.kinds}
         self.ledger = CostLedger()
         self.want = initial_counts(sc)  # the held mix when autoscale is off
+        self.target: dict[tuple[str, str], int] = {}  # the mix `apply` moves to
         self.servers: dict[str, _Server] = {}  # held or leaving until revoked
         self.heap: list[tuple[float, int, str, str]] = []
         self.t = self.progress = self.busy_until = 0.0
@@ -154,18 +149,42 @@ class _Run:
             self.change()
 
     def apply(self, counts: Mapping[tuple[str, str], int]) -> None:
-        """Move from the held mix to `counts`: release the surplus (booting, then newest
-        first: they have done the least), request the shortfall (stop at a refusal)."""
+        """Move from the held mix to the target `counts`, make-before-break (see above)."""
+        self.target = dict(counts)
+        self.fill()
+        self.shrink()
+
+    def fill(self) -> None:
+        """Request what the target lacks, within max_servers; stop a kind at a refusal."""
         held = self.held()
-        for key in sorted(set(held) | set(counts)):
-            mine = [s for s in self.servers.values() if not s.leaving]
-            mine = [s for s in mine if (s.lease.kind, s.lease.tier) == key]
-            mine.sort(key=lambda s: (s.joined, -s.lease.requested_s, s.lease.server))
-            for s in mine[: max(0, held[key] - counts.get(key, 0))]:
-                self.release(s.lease.server)
-            for _ in range(counts.get(key, 0) - held[key]):
+        for key, n in sorted(self.target.items()):
+            for _ in range(n - held[key]):
+                if sum(not s.leaving for s in self.servers.values()) >= self.sc.max_servers:
+                    return
                 if not self.acquire(*key):
                     break
+
+    def surplus(self) -> list[_Server]:
+        """The held servers the target does not want, per (kind, tier) the cheapest to lose
+        first: booting, then the newest. A noticed server is not held: it goes at its revocation."""
+        held, out = self.held(), []
+        staying = [s for s in self.servers.values() if not s.leaving]
+        staying.sort(key=lambda s: (s.joined, -s.lease.requested_s, s.lease.server))
+        for key in sorted(held):
+            mine = [s for s in staying if (s.lease.kind, s.lease.tier) == key]
+            out += mine[: max(0, held[key] - self.target.get(key, 0))]
+        return out
+
+    def shrink(self) -> None:
+        """Release the surplus: booting servers at once, members once none boots (see above)."""
+        for booting in [s for s in self.surplus() if not s.joined]:
+            self.release(booting.lease.server)
+        while not any(not s.joined and not s.leaving for s in self.servers.values()):
+            surplus = self.surplus()
+            if not surplus or sum(self.members().values()) <= 1:
+                return
+            self.release(surplus[0].lease.server)
+            self.fill()
 
     def counted_delay(self) -> float:
         """The join delay the live scaler counted at this time (see `Scenario.join_delays`)."""
@@ -200,7 +219,9 @@ class _Run:
             self.log("no_capacity", why=why)
             return
         mix = self.scaler.decide(inp)
-        self.log("decide", why=why, mix=mix.describe(), finish_s=mix.finish_s, usd=mix.cost_usd)
+        extra = {"finish_s": mix.finish_s, "usd": mix.cost_usd}
+        extra |= goal_marks(self.scaler.goal, mix.cost_usd, mix.finish_s)  # a fallback's
+        self.log("decide", why=why, mix=mix.describe(), **extra)
         self.apply(mix.counts)
 
     # -- events --------------------------------------------------------------------------------
@@ -211,6 +232,7 @@ class _Run:
         s.joined = True
         self.log("join", server=server)
         self.change()
+        self.shrink()  # the last of the target to boot: the surplus members leave now
 
     def rollback(self, to_step: int) -> None:
         """Resume from the durable checkpoint at `to_step`: what came after it is lost."""
@@ -354,6 +376,7 @@ class _Run:
                 self.ledger.close(server, self.t)
                 self.log("close", server=server, cause="end")
         self.log("end", step=self.sc.steps)
+        end = goal_marks(self.scaler.goal, self.ledger.total_usd, self.t) if self.scaler else {}
         return ScenarioResult(
             time_s=self.t,
             cost_usd=self.ledger.total_usd,
@@ -362,6 +385,7 @@ class _Run:
             cost_by_kind=dict(sorted(self.ledger.usd_by_account.items())),
             events=tuple(self.events),
             lost_steps=self.lost,
+            **end,  # a fixed mix has no goal (live, the goal is the autoscaler's)
         )
 
 

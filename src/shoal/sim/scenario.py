@@ -154,6 +154,8 @@ def _validate(sc: Scenario) -> None:
     for key in initial_counts(sc):
         _check(key[0] in provider.kinds, f"initial kind {key[0]!r} is not in the provider's kinds")
     _check(sc.autoscale or bool(initial_counts(sc)), "a fixed mix (autoscale off) needs initial")
+    n = initial_counts(sc).total()  # as live --workers (the replay's fill stops at the bound)
+    _check(n <= sc.max_servers, f"initial holds {n:,} servers, above max_servers {sc.max_servers}")
     kind_slowdowns(sc.slowdowns, provider.kinds)
 
 

@@ -205,6 +205,8 @@ def test_json_round_trip_and_bad_scenarios(tmp_path):
         ({"restart_from_checkpoint": "no"}, "restart_from_checkpoint must be true or false"),
         # acquired one by one with initial_ready: gigabytes, a hang
         ({"initial": {"k80:spot": 999999999}}, "initial holds 999,999,999 servers, at most 1,000"),
+        # a live run refuses --workers beyond --max-servers; the replay's fill stops there
+        ({"initial": {"k80:spot": 5}}, "initial holds 5 servers, above max_servers 4"),
         # truncated silently: a batch of 1.9 was 1
         ({"batch": [[0, 1.9]]}, "'batch' steps and batch sizes must be integers"),
         ({"batch": [[0, 64], [300.5, 128]]}, "'batch' steps and batch sizes must be integers"),
