@@ -28,8 +28,8 @@ an hour, a tenth of them outlive 6.5 h) for every kind, a 300 s boot (`--startup
 30 s notice, a 10 h deadline for 60 steps. Revocations are frequent there (the shipped GCE
 lifetimes, `--lifetimes gce`, revoke a server within 24 h one time in five: a 150-step run over
 28 h met one revocation in five seeds). The simulator on the prior profile, seeds 0-4 (each
-side's initial servers ready at the start, as live; 2026-11-25, the script in
-docs/notes/autoscaling-live.md): the scaler starts on 4 P100 spot (the fastest of the mixes
+side's initial servers ready at the start, as live; 2026-11-25, `bench/spot_prior.py`):
+the scaler starts on 4 P100 spot (the fastest of the mixes
 within NEAR_BEST of the cheapest), meets 27 revocations and saves 57.5 % against 2 P100
 on-demand (51.0 % at --startup 1200); restart, on 2 P100 spot, meets 66.
 
@@ -133,9 +133,9 @@ def check_args(p: argparse.ArgumentParser, args) -> None:
             p.error(f"--lifetimes: {exc}")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None, doc: str = __doc__) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0],
+        description=doc.split("\n")[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(

@@ -434,6 +434,15 @@ def test_recovery_both_sides(tmp_path):
 
 
 @pytest.mark.dist
+def test_spot_prior():
+    # the simulator's prediction of spot_savings.py's three sides: a row per side, the savings
+    *rows, summary = json_lines(run(["bench/spot_prior.py", "--seeds", "0"]).stdout)
+    assert [r["side"] for r in rows] == ["scaler", "on-demand", "restart"]
+    assert all(_positive(r["time_h"]) and _positive(r["usd"]) for r in rows)
+    assert rows[1]["revocations"] == 0  # on-demand is never revoked
+    assert summary["saved"] == round(1 - rows[0]["usd"] / rows[1]["usd"], 4)
+
+
 def test_spot_savings_scaler_side(tmp_path):
     # one live autoscaled run (8 steps), its `shoal simulate` prediction and the live
     # restart-from-checkpoint side; no plain fixed run (the digest check is then null)
