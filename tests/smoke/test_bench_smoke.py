@@ -185,6 +185,10 @@ def test_help_prints_usage_and_runs_nothing(script):
         (["bench/soak.py", "--events", "0"], "--events must be at least 1, not 0"),
         (["bench/soak.py", "--host-s", "0"], "--host-s must be a positive number of seconds"),
         (["bench/soak.py", "--out", "pyproject.toml"], "--out: pyproject.toml is not a directory"),
+        # bench/sim_autoscale.py
+        (["bench/sim_autoscale.py", "nope:1:1"], "argument cases: 'nope:1:1': expected MODEL:"),
+        (["bench/sim_autoscale.py", "gce:0:5"], "argument cases: 'gce:0:5': the deadline and"),
+        (["bench/sim_autoscale.py", "--seeds", "0"], "--seeds must be at least 1, not 0"),
         # bench/spot_savings.py: refused before its fixed run
         (["bench/spot_savings.py", "--seeds", "x"], "argument --seeds: not a seed"),
         (["bench/spot_savings.py", "--sides", ","], "--sides: no side in ','"),
@@ -434,6 +438,16 @@ def test_recovery_both_sides(tmp_path):
 
 
 @pytest.mark.dist
+def test_sim_autoscale():
+    # one case, two seeds: the four strategies' rows, costs against all on-demand
+    out = run(["bench/sim_autoscale.py", "g4dn:3600:2000", "--seeds", "2"]).stdout
+    lines = [line for line in out.splitlines() if line.startswith("| ") and "strategy" not in line]
+    rows = [line.split(" | ") for line in lines]
+    assert len(rows) == 4 and rows[1][3] == "+0.0 %", out
+    cost = [float(r[2]) for r in rows]
+    assert 0 < cost[0] < cost[1] and all(r[-1].endswith("2/2 |") for r in rows), out
+
+
 def test_spot_prior():
     # the simulator's prediction of spot_savings.py's three sides: a row per side, the savings
     *rows, summary = json_lines(run(["bench/spot_prior.py", "--seeds", "0"]).stdout)
