@@ -2,10 +2,10 @@
 the driver's small pure parts (tiers in --workers, the flags' parsing)."""
 
 import pathlib
-import re
 
 import pytest
 
+from driver_testing import make_driver, two_k80_members
 from shoal.cli import main
 from shoal.config import ProviderConfig
 from shoal.config.provider import parse_duration, parse_usd, split_tiers
@@ -113,23 +113,6 @@ def test_goal_parsing():
     assert ProviderConfig(name="local", notice="none").notice_s is None
 
 
-def make_driver(host_s=0.01, out="unused", **provider):
-    """A driver outside any controller: the launch-time check's configuration; `host_s` is the
-    launcher's estimate of the host's seconds per micro-batch."""
-    import types
-
-    from shoal.config import RunConfig
-    from shoal.launcher.autoscale import Driver
-    from shoal.launcher.spec import RunSpec, Speeds
-
-    cfg = ProviderConfig(name="local", kinds="v100,k80", time_scale=10.0, **provider)
-    spec = RunSpec(RunConfig(job=DIGITS, steps=100, out=str(out), provider=cfg), ["k80", "k80"],
-                   tiers=["spot", "on_demand"])  # fmt: skip
-    speeds = Speeds({"v100": 1.0, "k80": 3.0}, {"v100": 1.0, "k80": 3.0})
-    job = types.SimpleNamespace(micro_batch_size=16, global_batch_size=64)
-    return Driver(spec, speeds, host_s, job)
-
-
 def test_driver_measures_host_overhead_and_batch_changes():
     from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 
@@ -173,35 +156,6 @@ def test_a_join_later_than_the_boot_is_the_startup_the_scaler_and_the_replay_cou
     assert all(o.startup_s == pytest.approx(750.0) for o in d.model.scaler_input(800.0, 0).offers)
     d.observe(MembershipEvent("join", "w0", wall_time_s=1.0))  # an initial server: not counted
     assert d.measured.startup_s() == pytest.approx(750.0)
-
-
-def two_k80_members(d, metrics, say):
-    """`d`'s controller (a stand-in whose `spawn` makes workers that never exit), with two k80
-    members on the initial servers and three measured steps; the controller is returned."""
-    import types
-
-    from shoal.metrics.training import StepLine, WorkerShare
-
-    workers = {}
-
-    def spawn(kind):
-        w = types.SimpleNamespace(
-            id=f"w{len(workers)}", state="starting", proc=types.SimpleNamespace(poll=lambda: None)
-        )
-        workers[w.id] = w
-        return w
-
-    d.ctl = types.SimpleNamespace(
-        t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
-        metrics=metrics, say=say, spawn=spawn,
-    )  # fmt: skip
-    for _ in range(2):
-        spawn("k80").state = "member"
-    d.open_initial()
-    shares = (WorkerShare("w0", 0, "k80", 2, 0.03), WorkerShare("w1", 1, "k80", 2, 0.03))
-    for _ in range(3):
-        d.observe(StepLine(step=0, global_batch_size=64, step_time_s=0.07, workers=shares))
-    return d.ctl
 
 
 def test_a_notice_is_weighed_by_the_scaler_before_the_mix_is_filled(tmp_path):
@@ -322,103 +276,3 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
     assert line["recovery_time_s"] == pytest.approx(4.0) and d.restarts.stopped is None
-
-
-def goal_run(tmp_path, times, **goal):
-    """An autoscaled driver under `goal` (budget= or deadline=), two k80 members, ticked at
-    these emulated times: (the driver, its console lines, its cost lines)."""
-    import json
-
-    d = make_driver(out=tmp_path, autoscale=True, scale_every_s=60.0, **goal)
-    said, metrics = [], tmp_path / "metrics.jsonl"
-    two_k80_members(d, metrics, say=said.append)
-    d.started = 0.0
-    for t in times:
-        d.now = lambda t=t: t
-        d.tick()
-    assert not d.gave_up and d.want  # it goes on buying
-    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
-    return d, said, [x for x in lines if x["kind"] == "cost"]
-
-
-def test_a_budget_that_can_no_longer_finish_the_run_is_said_once(tmp_path):
-    """Under --budget, when no mix finishes within it the scaler keeps the cheapest mix that
-    finishes and the run goes on: it overran its budget with no word (a live run of $0.05
-    spent $0.1078, each decision's line projecting $0.109). Now the first such decision says
-    so on the console, once, and every decision's cost line over the budget is marked."""
-    d, said, costs = goal_run(tmp_path, [100.0, 130.0, 200.0, 300.0, 400.0], budget="0.0001usd")
-    warned = [s for s in said if s.startswith("warning:")]
-    assert len(warned) == 1, said
-    assert re.fullmatch(
-        r"warning: the budget of \$0\.0001 can no longer finish the run \(spent \$\d+\.\d{4}, "
-        r"\$\d+\.\d{4} more needed at the cheapest mix, 1xk80:spot\); continuing at that mix",
-        warned[0],
-    ), warned[0]
-    decisions = [x for x in costs if "projected_usd" in x]
-    assert len(decisions) >= 4 and all(x["over_budget"] is True for x in decisions)
-    assert all(x["projected_usd"] > 0.0001 for x in decisions)
-    assert decisions[0]["mix"] == {"k80:on_demand": 1, "k80:spot": 1}  # what was held then
-    assert not [x for x in costs if "past_deadline" in x]
-    # the end's cost line says the spend went over the budget (it said only the spend)
-    d.finish()
-    assert re.fullmatch(
-        r"cost \$\d+\.\d{4}, over the budget of \$0\.0001; 0 revocations", said[-1]
-    ), said[-1]
-
-
-def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
-    """Under --deadline, when no mix finishes by it the scaler switches to the fastest mix and
-    the run goes on, as under a budget, but it did so with no word. Now the first such
-    decision says so on the console, once, every decision's cost line past the deadline is
-    marked, and the end's cost line says that the run ended after its deadline. (Here the
-    first decision meets the deadline, 119 s of 120; the steps then stall.)"""
-    d, said, costs = goal_run(tmp_path, [100.0, 130.0, 200.0, 300.0, 400.0], deadline="120s")
-    warned = [s for s in said if s.startswith("warning:")]
-    assert len(warned) == 1, said
-    assert warned[0] == (
-        "warning: the deadline of 120 s can no longer be met (at 200 s the fastest mix "
-        "finishes at 219 s, on 5xv100:spot); continuing at that mix"
-    )
-    assert said.index(warned[0]) == 1 + next(i for i, s in enumerate(said) if "t=200s" in s)
-    decisions = [x for x in costs if "projected_finish_s" in x]
-    assert len(decisions) == 4 and "past_deadline" not in decisions[0]  # t=100 s: met
-    assert all(x["past_deadline"] is True for x in decisions[1:])
-    assert all(x["projected_finish_s"] > 120.0 for x in decisions[1:])
-    assert not [x for x in costs if "over_budget" in x]
-    d.finish()
-    assert re.fullmatch(
-        r"cost \$\d+\.\d{4}; 0 revocations; ended at 400 s, past the deadline of 120 s",
-        said[-1],
-    ), said[-1]
-
-
-def test_a_goal_back_within_reach_is_said_once_per_change():
-    """The miss was said once per run, and never taken back: a run whose measured steps
-    later sped up kept 'can no longer be met' as the console's last word on its deadline.
-    Now each change is one line (missed, back, missed again), and no decision repeats one."""
-    from shoal.control.mix_model import Mix
-    from shoal.control.scaler import Goal
-    from shoal.launcher.goalwatch import GoalWatch
-
-    watch = GoalWatch(Goal(deadline_s=1000.0))
-    fast = Mix({("v100", "spot"): 2}, step_s=1.0, finish_s=900.0, cost_usd=1.0)
-    late = Mix({("v100", "spot"): 4}, step_s=1.0, finish_s=1500.0, cost_usd=2.0)
-    news = [watch.news(m) for m in (fast, late, late, fast, fast, late)]
-    assert news == [None, "missed", None, "back", None, "missed"]
-    watch.news(fast)
-    assert watch.back_line(600.0, fast) == (
-        "the deadline of 1000 s is within reach again (at 600 s: finish at 900 s on 2xv100:spot)"
-    )
-    budget = GoalWatch(Goal(budget_usd=1.5))
-    assert [budget.news(m) for m in (late, fast)] == ["missed", "back"]
-    assert budget.back_line(10.0, fast).startswith("the budget of $1.5000 is within reach again")
-    assert GoalWatch(None).news(late) is None  # a fixed mix has no goal
-
-
-@pytest.mark.parametrize("goal", [{"budget": "1000usd"}, {"deadline": "10h"}])
-def test_a_goal_that_is_met_says_nothing(tmp_path, goal):
-    d, said, costs = goal_run(tmp_path, [100.0, 200.0, 300.0], **goal)
-    assert not [s for s in said if "warning" in s] and costs
-    assert not [x for x in costs if "over_budget" in x or "past_deadline" in x]
-    d.finish()
-    assert re.fullmatch(r"cost \$\d+\.\d{4}; 0 revocations", said[-1]), said[-1]
