@@ -55,10 +55,19 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
+# The largest packet (a GSO burst, headers counted) a veth of the bed hands its qdisc. It must
+# stay below the smallest bucket: tbf splits a packet larger than its bucket when it is queued,
+# but a `tc qdisc change` to a smaller bucket leaves the packets already queued as they are, and
+# one larger than the new bucket never earns the tokens to leave: the link stalled for good
+# (1 Gbit/s -> 100 Mbit/s, a 64 KiB bucket and 64 KiB GSO packets, about one run in 25).
+GSO_MAX_BYTES = 32 * 1024
+
+
 def _burst_bytes(rate_mbit: float) -> int:
-    # The bucket holds one 64 KiB GSO packet, or 4 ms of traffic on faster links (tbf's timer
-    # must fire on time under load, so a 1 ms bucket lost a quarter of 500 Mbit/s here). A larger
-    # bucket lets a whole small message pass at line speed after an idle gap.
+    # The bucket holds 64 KiB (two of the largest packets, GSO_MAX_BYTES), or 4 ms of traffic
+    # on faster links (tbf's timer must fire on time under load, so a 1 ms bucket lost a quarter
+    # of 500 Mbit/s here). A larger bucket lets a whole small message pass at line speed after
+    # an idle gap.
     return max(64 * 1024, int(rate_mbit * 1e6 / 8 / 250))
 
 
@@ -125,6 +134,8 @@ class SlowLinkBed:
                 "netns",
                 self.hub,
             )
+            _ip("-n", ns, "link", "set", WAN, "gso_max_size", str(GSO_MAX_BYTES))
+            _ip("-n", self.hub, "link", "set", port, "gso_max_size", str(GSO_MAX_BYTES))
             _ip("-n", ns, "addr", "add", f"{self.addrs[i]}/24", "dev", WAN)
             _ip("-n", ns, "link", "set", WAN, "up")
             _ip("-n", self.hub, "link", "set", port, "master", "br0")

@@ -143,9 +143,11 @@ def test_auto_keep_ratio_follows_the_link_rate(tmp_path):
     exchanges look slow, so the ratio may leave dense early or dip before it climbs."""
     out = tmp_path / "run"
     out.mkdir()
-    steps, changed_at = train_on_bed(out, [1000.0, 100.0, 500.0], steps_per_rate=(8, 8, 12))
+    # 20 steps at 500 Mbit/s: a move up waits 3 steps, twice or 4x that after moves undone in
+    # the slow phase (docs/notes/slow-links.md); 12 steps missed the rise in 2 runs of 50
+    steps, changed_at = train_on_bed(out, [1000.0, 100.0, 500.0], steps_per_rate=(8, 8, 20))
     keep = {s["step"]: s["keep_ratio"] for s in steps}
-    assert len(changed_at) == 3 and len(keep) == 28
-    slow, fast = changed_at[1], range(changed_at[2], 28)
+    assert len(changed_at) == 3 and len(keep) == 36
+    slow, fast = changed_at[1], range(changed_at[2], 36)
     assert min(keep[t] for t in range(slow, slow + 3)) < keep[slow - 1]  # followed the fall
     assert max(keep[t] for t in fast[-6:]) > min(keep[t] for t in fast)  # and the rise

@@ -21,7 +21,6 @@ recovery lines, what result.json counts from) is kept by `continuity.py`.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 import time
@@ -181,7 +180,7 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     membership = connect("nccl" if device.type == "cuda" else "gloo", config.peer_timeout_s)
     spool_url = outputs.spool_dir(out)
     if not membership.restarted and not config.resume:
-        shutil.rmtree(spool_url, ignore_errors=True)  # a spool of an earlier run is not ours
+        outputs.clear_spool(out)  # a spool of an earlier run is not ours
     membership.announce_ready()
     w = Worker(config, job, trainer, membership, checkpointer, out, fingerprint, spool_url, t0)
     if membership.restarted:

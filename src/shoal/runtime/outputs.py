@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 import time
 from typing import Any
@@ -132,11 +133,40 @@ def link_settings(link: SlowLinkConfig | None) -> dict[str, Any]:
     }
 
 
-def spool_dir(out: pathlib.Path) -> str:
-    """A node-local directory where a stopping worker leaves its state for its successor."""
+def _spool_root(out: pathlib.Path) -> pathlib.Path:
     run = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:16]
-    local = os.environ.get("LOCAL_RANK", "0")
-    return str(pathlib.Path(tempfile.gettempdir()) / "shoal-spool" / run / local)
+    return pathlib.Path(tempfile.gettempdir()) / "shoal-spool" / run
+
+
+def spool_dir(out: pathlib.Path) -> str:
+    """A node-local directory where a stopping worker leaves its state for its successor: one
+    per worker slot of one agent (the parent process, torchrun's agent, which outlives the
+    workers it restarts, and the local rank). Keyed by the local rank alone, two agents on one
+    host (sites in network namespaces, a local test) spooled into one file, and one of them
+    failed on the other's rename."""
+    return str(_spool_root(out) / f"{os.getppid()}-{os.environ.get('LOCAL_RANK', '0')}")
+
+
+def clear_spool(out: pathlib.Path) -> None:
+    """At a fresh start: this worker's spool is an earlier run's, and so is that of an agent no
+    longer alive (a spool holds a whole training state: none is left behind in the temp
+    folder); a live agent's is its own."""
+    root = _spool_root(out)
+    mine = pathlib.Path(spool_dir(out))
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        agent = d.name.split("-")[0]
+        if d == mine or not agent.isdigit() or "-" not in d.name or not _alive(int(agent)):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 class StepLog:
