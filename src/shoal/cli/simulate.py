@@ -122,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_scenario(args: argparse.Namespace) -> int:
     import json
 
+    from shoal.control.scaler import Goal
     from shoal.sim.replay import simulate
     from shoal.sim.scenario import load_scenario
 
@@ -131,12 +132,9 @@ def _run_scenario(args: argparse.Namespace) -> int:
         print(json.dumps(result.summary(), sort_keys=True))
         return 0
     by_kind = ", ".join(f"{k} {usd:.4f}" for k, usd in result.cost_by_kind.items()) or "none"
-    # a goal missed at the end, in the live end line's words (`launcher/goalwatch.py`)
-    over = f", over the budget of ${sc.goal['budget_usd']:.4f}" if result.over_budget else ""
-    late = ""
-    if result.past_deadline:
-        end, deadline = result.time_s, sc.goal["deadline_s"]
-        late = f"; ended at {end:.0f} s, past the deadline of {deadline:.0f} s"
+    # a goal missed at the end, in the live end line's words (a fixed mix has no goal)
+    goal = Goal(**sc.goal) if sc.autoscale else None
+    over, late = goal.missed_words(result.cost_usd, result.time_s) if goal else ("", "")
     print(
         f"scenario {args.scenario}: time {result.time_s:.1f} s ({result.time_s / 3600:.2f} h), "
         f"cost {result.cost_usd:.4f} USD{over}, revocations {result.revocations}, "

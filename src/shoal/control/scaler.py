@@ -71,6 +71,22 @@ class Goal:
         under a budget): the deadline rule's own test (`_by_deadline`, `check_goal`)."""
         return self.deadline_s is not None and not _within(finish_s, self.deadline_s)
 
+    def misses(self, cost_usd: float, finish_s: float) -> dict[str, bool]:
+        """{"over_budget": True} and/or {"past_deadline": True} for a cost and finish that miss
+        the goal: the marks of a decision's cost line or replay event, and of a run's end."""
+        over, late = self.over_budget(cost_usd), self.past_deadline(finish_s)
+        return {k: True for k, v in (("over_budget", over), ("past_deadline", late)) if v}
+
+    def missed_words(self, cost_usd: float, end_s: float) -> tuple[str, str]:
+        """The clauses a run's end line adds when it missed the goal (each "" if not): after
+        the cost, ", over the budget of $B"; at the end, "; ended at T s, past the deadline of
+        D s". The live run's console and `shoal simulate --scenario` say them alike."""
+        over = f", over the budget of ${self.budget_usd:.4f}" if self.over_budget(cost_usd) else ""
+        late = ""
+        if self.past_deadline(end_s):
+            late = f"; ended at {end_s:.0f} s, past the deadline of {self.deadline_s:.0f} s"
+        return over, late
+
 
 Rank = Callable[[float, float], tuple]  # (finish_s, cost_usd) -> sort key
 

@@ -323,8 +323,7 @@ class Driver:
             self.ctl.say(self.watch.back_line(now, mix))
 
     def cost_line(self, now: float, mix: Mix | None) -> None:
-        over, late = self.watch.marks(mix) if mix is not None else (False, False)
-        spent = self.book.cost_line(now, mix, over, late)
+        spent = self.book.cost_line(now, mix, self.watch.marks(mix) if mix is not None else {})
         if mix is not None:
             self.ctl.say(
                 f"t={now:.0f}s: mix {lease_label(mix.counts)}; spent ${spent:.4f}; projected "

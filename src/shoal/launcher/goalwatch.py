@@ -32,17 +32,16 @@ class GoalWatch:
         self.goal = goal
         self.missing = False  # the console's last word: the goal can no longer be met
 
-    def marks(self, mix: Mix) -> tuple[bool, bool]:
-        """A decision's (over_budget, past_deadline): no mix meets the goal, `mix` is the
-        scaler's fallback."""
-        goal = self.goal
-        return goal.over_budget(mix.cost_usd), goal.past_deadline(mix.finish_s)
+    def marks(self, mix: Mix) -> dict[str, bool]:
+        """A decision's marks (`Goal.misses`; none without a goal): when it misses the goal,
+        no mix meets it and `mix` is the scaler's fallback."""
+        return self.goal.misses(mix.cost_usd, mix.finish_s) if self.goal else {}
 
     def news(self, mix: Mix) -> str | None:
         """What this decision changes in what the console said of the goal: "missed" (the
         first decision that misses it, or the first after it was back within reach), "back"
         (the first that meets it after a miss was said), None (nothing new)."""
-        if self.goal is None or any(self.marks(mix)) == self.missing:
+        if bool(self.marks(mix)) == self.missing:
             return None
         self.missing = not self.missing
         return "missed" if self.missing else "back"
@@ -82,11 +81,5 @@ class GoalWatch:
     def end_line(self, total_usd: float, revocations: int, end_s: float) -> str:
         """The end's console cost line: the spend and the revocations, and, briefly, a budget
         the spend went over or a deadline the run ended after (emulated `end_s`)."""
-        goal = self.goal
-        line = f"cost ${total_usd:.4f}"
-        if goal and goal.over_budget(total_usd):
-            line += f", over the budget of ${goal.budget_usd:.4f}"
-        line += f"; {revocations} revocations"
-        if goal and goal.past_deadline(end_s):
-            line += f"; ended at {end_s:.0f} s, past the deadline of {goal.deadline_s:.0f} s"
-        return line
+        over, late = self.goal.missed_words(total_usd, end_s) if self.goal else ("", "")
+        return f"cost ${total_usd:.4f}{over}; {revocations} revocations{late}"

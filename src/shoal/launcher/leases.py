@@ -119,12 +119,10 @@ class LeaseBook:
         )
         return sum(self.by_kind.values()) + open_usd
 
-    def cost_line(
-        self, now: float, mix: Mix | None, over_budget: bool, past_deadline: bool
-    ) -> float:
+    def cost_line(self, now: float, mix: Mix | None, misses: dict[str, bool]) -> float:
         """The cost line: the spend at `now` by kind, the mix held, and the decision's
-        projection (`mix`; None: not a decision), marked when it misses the goal. Returns the
-        spend."""
+        projection (`mix`; None: not a decision), with the goal it misses (`Goal.misses`).
+        Returns the spend."""
         spent = self.spent(now)
         by_kind = dict(self.by_kind)
         for lease in self.leases.values():
@@ -134,7 +132,7 @@ class LeaseBook:
         finish = mix.finish_s if mix else None
         line = CostLine(
             now, spent, by_kind, held, finish, mix.cost_usd if mix else None,
-            time.time() - self.ctl.t0, over_budget or None, past_deadline or None,
+            time.time() - self.ctl.t0, **misses,
         )  # fmt: skip
         append_line(self.ctl.metrics, line)
         return spent
@@ -143,7 +141,7 @@ class LeaseBook:
         """The end: every lease closed at `now`, the last cost line, result.json's cost block."""
         for server in list(self.leases):
             self.close(server, now, "end")
-        self.cost_line(now, None, False, False)
+        self.cost_line(now, None, {})
         path = out / RESULT_FILE
         if path.is_file():
             result = json.loads(path.read_text())

@@ -44,7 +44,7 @@ from shoal.cluster.provider import Lease, provider_from_config
 from shoal.control.mix_model import ScalerInput, batch_at, revocation_rate
 from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
-from shoal.sim.replay_result import ScenarioResult, goal_marks
+from shoal.sim.replay_result import ScenarioResult
 from shoal.sim.scenario import Scenario, initial_counts, join_delay_at, step_time_model
 
 HORIZON_S = 30 * 86400.0  # emulated time after which a run that has not finished is an error
@@ -220,7 +220,7 @@ class _Run:
             return
         mix = self.scaler.decide(inp)
         extra = {"finish_s": mix.finish_s, "usd": mix.cost_usd}
-        extra |= goal_marks(self.scaler.goal, mix.cost_usd, mix.finish_s)  # a fallback's
+        extra |= self.scaler.goal.misses(mix.cost_usd, mix.finish_s)  # a fallback's
         self.log("decide", why=why, mix=mix.describe(), **extra)
         self.apply(mix.counts)
 
@@ -376,7 +376,7 @@ class _Run:
                 self.ledger.close(server, self.t)
                 self.log("close", server=server, cause="end")
         self.log("end", step=self.sc.steps)
-        end = goal_marks(self.scaler.goal, self.ledger.total_usd, self.t) if self.scaler else {}
+        end = self.scaler.goal.misses(self.ledger.total_usd, self.t) if self.scaler else {}
         return ScenarioResult(
             time_s=self.t,
             cost_usd=self.ledger.total_usd,
