@@ -313,9 +313,10 @@ def test_workers_that_keep_crashing_fail_the_run_instead_of_buying_servers(
     )  # fmt: skip
     assert "every worker is gone" in err, err[-2000:]
     started = [r for r in metrics(out) if r["kind"] == "lease" and r["action"] == "open"]
-    if extra:  # the scaler replaced them once per initial worker (2 x 2 failures), no more
+    if extra:  # the scaler replaced crashed workers until 4 (2 x 2) failed at one step, no more:
+        # each of the first 3 failures may buy one (2 at once when a pair crashes in one poll)
         assert "4 workers failed at step" in err and "buying no more" in err
-        assert 2 < len(started) <= 4, started
+        assert 2 < len(started) <= 2 + 3, started
     else:
         assert len(started) == 2
     closed = [r for r in leases(out) if r["action"] == "close"]
