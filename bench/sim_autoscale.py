@@ -21,6 +21,8 @@ import argparse
 import statistics
 import sys
 
+from spot_savings import decided_mix
+
 from shoal.cluster.revocation import revocation_model
 from shoal.errors import UserError
 from shoal.sim.replay import simulate
@@ -66,8 +68,7 @@ def scenario(model: str, deadline_s: float, steps: int, seed: int, **extra) -> S
 def replays(model: str, deadline_s: float, steps: int, seed: int) -> list:
     """One seed's four strategies, in STRATEGIES' order."""
     auto = simulate(scenario(model, deadline_s, steps, seed))
-    first = next(e["mix"] for e in auto.events if e["event"] == "decide")
-    held = {key: int(n) for n, key in (item.split(" ") for item in first.split(", "))}
+    held = decided_mix(auto)
     no_spot = {f"{k}:spot": 0 for k in KINDS}
     fixed = dict(autoscale=False, initial=held)
     return [

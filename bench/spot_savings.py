@@ -200,10 +200,15 @@ def prior_scenario(args, seed: int, quota=None) -> Scenario:
     )  # fmt: skip
 
 
+def decided_mix(result) -> dict[str, int]:
+    """A replay's first decision: {"kind:tier": servers}."""
+    decide = next(e for e in result.events if e["event"] == "decide")
+    return {key: int(n) for n, key in (item.split(" ") for item in decide["mix"].split(", "))}
+
+
 def first_mix(sc: Scenario) -> dict[str, int]:
     """The scaler's first decision on a scenario: {"kind:tier": servers}."""
-    decide = next(e for e in simulate(sc).events if e["event"] == "decide")
-    return {key: int(n) for n, key in (item.split(" ") for item in decide["mix"].split(", "))}
+    return decided_mix(simulate(sc))
 
 
 def cheapest_first_mix(sc: Scenario) -> dict[str, int]:

@@ -154,8 +154,9 @@ def clear_spool(out: pathlib.Path) -> None:
     root = _spool_root(out)
     mine = pathlib.Path(spool_dir(out))
     for d in sorted(root.iterdir()) if root.is_dir() else []:
-        agent = d.name.split("-")[0]
-        if d == mine or not agent.isdigit() or "-" not in d.name or not _alive(int(agent)):
+        agent, dash, _ = d.name.partition("-")  # no dash: the earlier layout, by local rank
+        live = dash and agent.isdigit() and _alive(int(agent))
+        if d == mine or not live:
             shutil.rmtree(d, ignore_errors=True)
 
 
