@@ -276,3 +276,30 @@ def test_a_restarts_recover_line_is_the_restarted_groups_first_step(tmp_path):
     (line,) = [json.loads(x) for x in metrics.read_text().splitlines()]
     assert (line["event"], line["worker"], line["step"]) == ("recover", "w5", 8)
     assert line["recovery_time_s"] == pytest.approx(4.0) and d.restarts.stopped is None
+
+
+def test_the_scaler_is_told_which_held_servers_still_boot(tmp_path):
+    """A server bought at one decision and not yet joined at the next is held but booting: the
+    scaler's input says so, with the time until it is expected ready (its request plus the
+    start-up the scaler counts), so the model does not count it as training (it did)."""
+    from shoal.control.mix_model import Mix
+
+    d = make_driver(autoscale=True, deadline="10h", max_servers=3, startup_s=300.0)
+    two_k80_members(d, tmp_path / "metrics.jsonl", say=lambda text: None)
+    seen = []
+    v100 = ("v100", "spot")
+
+    def decide(inp):  # wants a V100 beside the two K80s held
+        seen.append(inp)
+        return Mix(counts={**inp.held, v100: 1}, finish_s=1.0, cost_usd=1.0, step_s=1.0)
+
+    d.scaler.decide = decide
+    d.started = 0.0
+    for t in (100.0, 250.0):
+        d.now = lambda t=t: t
+        d.redecide = True
+        d.tick()
+    first, second = seen
+    assert dict(first.booting) == {} and first.boot_left_s == 0.0
+    assert dict(second.booting) == {v100: 1}  # requested at 100 s, still starting at 250 s
+    assert second.boot_left_s == pytest.approx(100.0 + 300.0 - 250.0)

@@ -14,9 +14,12 @@ them are `control.scaler`'s). The prediction of the rest of the run:
   start-up at the reduced speed of the mix without it. With lam = sum over spot servers of
   r_k x loss_k, the time lost is the fraction lam of the time spent, so the remaining time is
   compute / (1 - lam) (a mix with lam >= 1 never finishes);
-- the move from `held` to the mix: joins (billed from now, ready after start-up) and leaves are
-  each one membership change of change_cost_s; a mix keeping no held server waits the start-up;
-- cost: what was spent plus the mix's price per hour over the predicted remaining time.
+- the move from `held` to the mix, make-before-break as both drivers execute it: joins and
+  leaves are each one membership change of change_cost_s; while the mix's servers still boot
+  (a join's whole start-up, a held server's `boot_left_s`) the ready servers train on, the
+  surplus among them included, and every one of them is billed, as are the booting ones;
+  training on the mix starts when they are ready (`_boot_phase`);
+- cost: what was spent plus each phase's servers' price per hour over its predicted length.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from shoal.cluster.provider import Offer
 from shoal.cluster.revocation import GCE_MAX_LIFETIME_S, RevocationModel
@@ -59,6 +62,15 @@ class ScalerInput:
     spent_usd: float
     change_cost_s: float  # seconds lost per membership change
     revocations_per_s: Callable[[str], float]  # expected revocations per second of a spot server
+    booting: Mapping[tuple[str, str], int] = field(default_factory=dict)  # held, not yet ready
+    boot_left_s: float = 0.0  # until the last booting held server is expected ready
+
+
+def boot_left(requested_s: Iterable[float], startup_s: float, now_s: float) -> float:
+    """Seconds until the last of the servers requested at `requested_s` is expected ready,
+    each `startup_s` after its request (0 when none is, or each is late): the drivers' estimate
+    for `ScalerInput.boot_left_s`, made alike from the start-up the scaler counts."""
+    return max((r + startup_s - now_s for r in requested_s), default=0.0) if startup_s else 0.0
 
 
 def batch_at(pieces: Sequence[tuple[int, int]], step: int) -> int:
@@ -139,6 +151,9 @@ class MixModel:
         self.notice = tuple(offered[k].notice_s if k in offered else None for k in self.keys)
         self.startup_s = max((o.startup_s for o in inp.offers), default=0.0)
         self.held = tuple(held.get(k, 0) for k in self.keys)
+        self.ready = tuple(  # the held servers training now (the booting ones are not yet)
+            max(0, h - inp.booting.get(k, 0)) for k, h in zip(self.keys, self.held, strict=True)
+        )
         self.rate = tuple(
             inp.revocations_per_s(kind) if tier == "spot" else 0.0 for kind, tier in self.keys
         )
@@ -146,6 +161,7 @@ class MixModel:
         self.batch_now = batch_at(inp.batch, min(inp.steps_done, max(inp.steps_total - 1, 0)))
         self.kinds = sorted({kind for kind, _ in self.keys})
         self.kind_of = tuple(self.kinds.index(kind) for kind, _ in self.keys)
+        self.ready_gpus = self.gpus_of(self.ready)
         self._step: dict[tuple, float] = {}
         self._gpus: dict[tuple[int, ...], tuple[float, float, tuple[float, ...]]] = {}
         self._done: dict[tuple[int, ...], tuple[float, float, float]] = {}
@@ -170,18 +186,22 @@ class MixModel:
             self._gpus[gpus] = (step_now, compute, tuple(fracs))
         return self._gpus[gpus]
 
+    def gpus_of(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """GPUs per kind (in `kinds` order) of a count per (kind, tier) key."""
+        gpus = [0] * len(self.kinds)
+        for i, n in enumerate(counts):
+            gpus[self.kind_of[i]] += n
+        return tuple(gpus)
+
     def predict(self, counts: tuple[int, ...]) -> tuple[float, float, float]:
         """(finish_s, cost_usd, step_s) of a mix (see the module docstring for the model)."""
         found = self._done.get(counts)
         if found is not None:
             return found
-        gpus = [0] * len(self.kinds)
-        for i, n in enumerate(counts):
-            gpus[self.kind_of[i]] += n
-        step_s, compute, fracs = self.per_gpus(tuple(gpus))
-        lam, joins, leaves, kept, per_hour = 0.0, False, False, 0, 0.0
+        step_s, compute, fracs = self.per_gpus(self.gpus_of(counts))
+        lam, joins, leaves, per_hour = 0.0, False, False, 0.0
         for i, (n, h) in enumerate(zip(counts, self.held, strict=True)):
-            joins, leaves, kept = joins or n > h, leaves or n < h, kept + min(n, h)
+            joins, leaves = joins or n > h, leaves or n < h
             per_hour += n * self.price[i]
             if n and self.rate[i]:
                 lost_step = _in_flight_loss(step_s, self.notice[i])
@@ -189,12 +209,36 @@ class MixModel:
                     2 * self.inp.change_cost_s + lost_step + self.startup_s * fracs[self.kind_of[i]]
                 )
                 lam += n * self.rate[i] * loss
-        setup = self.startup_s if kept == 0 and compute > 0 else 0.0
-        setup += self.inp.change_cost_s * (joins + leaves)
-        remaining = compute / (1 - lam) + setup if lam < 1 else math.inf
-        cost = self.inp.spent_usd + per_hour * remaining / 3600.0
+        boot_s, boot_usd, done = self._boot_phase(counts, joins)
+        changes = self.inp.change_cost_s * (joins + leaves)
+        if done >= 1:  # the ready servers finish before the mix is ready: at boot_s / done
+            remaining, cost = boot_s / done, self.inp.spent_usd + boot_usd / done
+        elif lam < 1:
+            after = compute * (1 - done) / (1 - lam) + changes
+            remaining = boot_s + after
+            cost = self.inp.spent_usd + boot_usd + per_hour * after / 3600.0
+        else:
+            remaining = cost = math.inf
         self._done[counts] = found = (self.inp.now_s + remaining, cost, step_s)
         return found
+
+    def _boot_phase(self, counts: tuple[int, ...], joins: bool) -> tuple[float, float, float]:
+        """(seconds, USD, fraction of the remaining work done) until the mix `counts` is ready:
+        a join's whole start-up, or the booting held servers' rest when it keeps any (0: no
+        wait). Meanwhile every ready held server trains (make-before-break: the surplus leave
+        once nothing the mix keeps boots), and each of them and of the mix's booting servers is
+        billed: max(ready, wanted) per key."""
+        waits = self.startup_s if joins else 0.0
+        if any(min(n, h) > r for n, h, r in zip(counts, self.held, self.ready, strict=True)):
+            waits = max(waits, self.inp.boot_left_s)
+        if waits <= 0:
+            return 0.0, 0.0, 0.0
+        billed = sum(
+            max(r, n) * p for n, r, p in zip(counts, self.ready, self.price, strict=True)
+        )
+        compute = self.per_gpus(self.ready_gpus)[1]
+        done = waits / compute if compute else math.inf  # none ready: inf, so 0 done
+        return waits, billed * waits / 3600.0, done
 
     def mix(self, counts: tuple[int, ...]) -> Mix:
         finish_s, cost_usd, step_s = self.predict(counts)

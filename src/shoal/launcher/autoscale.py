@@ -309,7 +309,12 @@ class Driver:
         self.redecide = False
         if periodic:
             self.next_decision_s = now + self.cfg.scale_every_s
-        mix = self.scaler.decide(self.model.scaler_input(now, self.ctl.steps_done))
+        book = self.book
+        booting = [
+            s for s in book.leases
+            if s not in book.noticed and s not in book.leaving and self._state(s) == "starting"
+        ]  # fmt: skip
+        mix = self.scaler.decide(self.model.scaler_input(now, self.ctl.steps_done, booting))
         changed = self.mix is None or mix.counts != self.mix.counts
         self.mix = mix
         if mix.counts:

@@ -19,11 +19,12 @@ scenario is written to `OUT/scenario.json` at the end.
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from shoal.cluster.provider import EmulatedProvider
-from shoal.control.mix_model import ScalerInput, revocation_rate
+from shoal.control.mix_model import ScalerInput, boot_left, revocation_rate
 from shoal.launcher.leases import LeaseBook
 from shoal.launcher.measured import Measurements
 from shoal.sim.scenario import Scenario, join_delay_at, kind_slowdowns
@@ -55,12 +56,15 @@ class RunModel:
             self._rates[kind] = revocation_rate(self.provider.model(kind), kind)
         return self._rates[kind]
 
-    def scaler_input(self, now: float, steps_done: int) -> ScalerInput:
+    def scaler_input(
+        self, now: float, steps_done: int, booting: Collection[str] = ()
+    ) -> ScalerInput:
         """What the scaler weighs now: the scenario's numbers as measured so far (the same
         step-time model `shoal simulate --scenario` replays, without re-reading the provider's
-        lifetimes on every decision)."""
+        lifetimes on every decision). `booting`: the held servers whose workers have not joined."""
         m = self.measured
         startup_s = m.startup_s()
+        boots = [self.book.leases[s] for s in booting]
         return ScalerInput(
             now_s=now,
             steps_done=steps_done,
@@ -72,6 +76,8 @@ class RunModel:
             spent_usd=self.book.spent(now),
             change_cost_s=m.change_cost_s(),
             revocations_per_s=self.revocation_rate,
+            booting=Counter((lease.kind, lease.tier) for lease in boots),
+            boot_left_s=boot_left([lease.requested_s for lease in boots], startup_s, now),
         )
 
     def scenario(self, steps_done: int, trained_s: float | None) -> Scenario:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 
 from shoal.cluster.ledger import CostLedger
 from shoal.cluster.provider import Lease, provider_from_config
-from shoal.control.mix_model import ScalerInput, batch_at, revocation_rate
+from shoal.control.mix_model import ScalerInput, batch_at, boot_left, revocation_rate
 from shoal.control.scaler import Goal, Scaler, check_goal
 from shoal.errors import UserError
 from shoal.sim.replay_result import ScenarioResult
@@ -193,20 +193,25 @@ class _Run:
         return join_delay_at(self.sc.join_delays, self.t)
 
     def scaler_input(self) -> ScalerInput:
+        offers = [
+            replace(o, startup_s=max(o.startup_s, self.counted_delay()))
+            for o in self.provider.offers(self.t)
+        ]
+        booting = [s for s in self.servers.values() if not s.joined and not s.leaving]
+        startup_s = max((o.startup_s for o in offers), default=self.counted_delay())
         return ScalerInput(
             now_s=self.t,
             steps_done=int(self.progress),
             steps_total=self.sc.steps,
             batch=self.sc.batch,
             step_time=self.step_time,
-            offers=[
-                replace(o, startup_s=max(o.startup_s, self.counted_delay()))
-                for o in self.provider.offers(self.t)
-            ],
+            offers=offers,
             held=self.held(),
             spent_usd=self.spent(),
             change_cost_s=self.sc.change_cost_s,
             revocations_per_s=self.rates.__getitem__,
+            booting=Counter((s.lease.kind, s.lease.tier) for s in booting),
+            boot_left_s=boot_left([s.lease.requested_s for s in booting], startup_s, self.t),
         )
 
     def decide(self, why: str) -> None:

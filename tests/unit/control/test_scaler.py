@@ -16,6 +16,7 @@ from shoal.cluster.provider import Offer
 from shoal.cluster.revocation import NoRevocations, TraceRevocations
 from shoal.control import scaler as scaler_mod
 from shoal.control.mix_model import (
+    MixModel,
     ScalerInput,
     batch_at,
     profile_step_time,
@@ -101,6 +102,42 @@ def test_keeping_the_held_mix_costs_no_change():
     inp = make_input([offer("k80", "on_demand")], held=held, now_s=100.0, steps_done=600)
     mix = Scaler(Goal(deadline_s=4000), max_servers=1).decide(inp)
     assert mix.counts == held and mix.finish_s == pytest.approx(100.0 + 3000)
+
+
+def predict(inp, counts, max_servers=2):
+    """(finish_s, cost_usd) of `counts`, a count per key in the model's (sorted) key order."""
+    return MixModel(inp, max_servers).predict(counts)[:2]
+
+
+def test_a_held_server_still_booting_is_not_counted_ready():
+    """A held K80 that boots 40 s more trains only after them (it was counted ready at once)."""
+    held = {("k80", "on_demand"): 1}
+    inp = make_input([offer("k80", "on_demand")], held=held)
+    assert predict(inp, (1,)) == pytest.approx((3600.0, 0.723))
+    booting = make_input([offer("k80", "on_demand")], held=held, booting=held, boot_left_s=40.0)
+    assert predict(booting, (1,)) == pytest.approx((3640.0, 0.723 * 3640 / 3600))
+
+
+def test_a_change_of_kind_trains_on_the_held_servers_while_the_new_ones_boot():
+    """Make-before-break, as both drivers execute it: the held K80 trains through the V100's
+    60 s start-up (1/60 of the 3600 steps) and both are billed; then the V100 does the rest at 2
+    steps a second after the two changes (the K80's leave, the V100's join). The model waited
+    the start-up with nothing trained and billed only the V100."""
+    offers = [offer("k80", "on_demand"), offer("v100", "on_demand")]
+    inp = make_input(offers, held={("k80", "on_demand"): 1})
+    after = 1800 * (1 - 60 / 3600) + 2 * 5.0
+    finish, cost = predict(inp, (0, 1))
+    assert finish == pytest.approx(60 + after)
+    assert cost == pytest.approx(((0.723 + 2.144) * 60 + 2.144 * after) / 3600)
+
+
+def test_servers_that_would_join_after_the_end_are_not_worth_buying():
+    """30 steps left on a ready K80: a V100 booting 60 s would never train, only be billed."""
+    offers = [offer("k80", "on_demand"), offer("v100", "on_demand")]
+    inp = make_input(offers, steps=30, held={("k80", "on_demand"): 1})
+    assert predict(inp, (1, 1)) == pytest.approx((30.0, (0.723 + 2.144) * 30 / 3600))
+    mix = Scaler(Goal(deadline_s=4000), max_servers=2).fastest(inp)
+    assert mix.counts == {("k80", "on_demand"): 1}  # as fast, and cheaper
 
 
 def test_a_held_server_is_kept_through_an_outage_of_its_offer():

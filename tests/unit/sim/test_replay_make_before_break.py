@@ -13,7 +13,7 @@ target it exercises.
 
 import pytest
 
-from shoal.control.mix_model import Mix
+from shoal.control.mix_model import Mix, MixModel
 from shoal.control.scaler import Scaler
 from shoal.sim import replay as replay_mod
 from shoal.sim.replay import simulate
@@ -110,3 +110,26 @@ def test_a_later_decision_keeps_the_surplus_it_wants_again(monkeypatch):
     result = run(scale_every_s=50.0)
     assert closes(result)[:2] == [(150.0, "v100", "released"), (150.0, "v100", "released")]
     assert result.time_s == pytest.approx(100 * 2.5) and result.changes == 0
+
+
+def test_the_scalers_prediction_of_a_change_of_kind_is_what_the_replay_executes(monkeypatch):
+    """The scaler judges a move as the drivers execute it: at 100 s, the model's finish and
+    cost of two V100s (held: two ready K80s) are the replay's, but for the second change the
+    model counts (the K80s' leave and the V100s' join are one change in the replay: 5 s)."""
+    seen = []
+
+    class Watching(Scaler):
+        def decide(self, inp):
+            seen.append(inp)
+            return Mix({K80: 2} if inp.now_s < 100 else {V100: 2}, 1.0, 0.0, 0.0)
+
+    monkeypatch.setattr(replay_mod, "Scaler", Watching)
+    result = run(scale_every_s=25.0)
+    inp = next(i for i in seen if i.now_s == 100.0)
+    model = MixModel(inp, 4)
+    finish_s, cost_usd, _ = model.predict(tuple(2 if k == V100 else 0 for k in model.keys))
+    assert finish_s == pytest.approx(result.time_s + 5.0)
+    assert cost_usd == pytest.approx(result.cost_usd + 2 * 2.144 * 5.0 / 3600)
+    booting = next(i for i in seen if 100.0 < i.now_s < 160.0)  # a decision while they boot
+    assert dict(booting.booting) == {V100: 2}
+    assert booting.boot_left_s == pytest.approx(160.0 - booting.now_s)
