@@ -233,9 +233,7 @@ class MixModel:
             waits = max(waits, self.inp.boot_left_s)
         if waits <= 0:
             return 0.0, 0.0, 0.0
-        billed = sum(
-            max(r, n) * p for n, r, p in zip(counts, self.ready, self.price, strict=True)
-        )
+        billed = sum(max(r, n) * p for n, r, p in zip(counts, self.ready, self.price, strict=True))
         compute = self.per_gpus(self.ready_gpus)[1]
         done = waits / compute if compute else math.inf  # none ready: inf, so 0 done
         return waits, billed * waits / 3600.0, done
