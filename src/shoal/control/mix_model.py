@@ -70,7 +70,7 @@ def boot_left(requested_s: Iterable[float], startup_s: float, now_s: float) -> f
     """Seconds until the last of the servers requested at `requested_s` is expected ready,
     each `startup_s` after its request (0 when none is, or each is late): the drivers' estimate
     for `ScalerInput.boot_left_s`, made alike from the start-up the scaler counts."""
-    return max((r + startup_s - now_s for r in requested_s), default=0.0) if startup_s else 0.0
+    return max([0.0, *(r + startup_s - now_s for r in requested_s)])
 
 
 def batch_at(pieces: Sequence[tuple[int, int]], step: int) -> int:

@@ -19,6 +19,7 @@ from shoal.control.mix_model import (
     MixModel,
     ScalerInput,
     batch_at,
+    boot_left,
     profile_step_time,
     remaining_batches,
     revocation_rate,
@@ -254,3 +255,9 @@ def test_a_deadline_beyond_a_year_is_refused():
     Goal(deadline_s=365 * 86400.0)
     with pytest.raises(UserError, match="at most 365 days, got 1e\\+12 s"):
         Goal(deadline_s=1e12)
+
+
+def test_boot_left_is_the_last_servers_rest_and_never_negative():
+    assert boot_left([100.0, 150.0], 300.0, 200.0) == 250.0  # ready at 400 and 450
+    assert boot_left([100.0], 60.0, 200.0) == 0.0  # late: expected ready at 160
+    assert boot_left([], 60.0, 0.0) == 0.0
