@@ -41,6 +41,7 @@ from shoal.runtime.membership import host_store
 from shoal.runtime.outputs import append_line, last_logged_step
 
 POLL_S = 0.05
+ASKED_TO_LEAVE = "asked to leave at the next step boundary"  # a leave event's notice detail
 
 
 @dataclass
@@ -260,8 +261,13 @@ class Controller(Generations):
             else:  # notice / leave: SIGTERM, then a hard kill at the deadline
                 w.proc.send_signal(signal.SIGTERM)
                 w.state = "leaving"
-                deadline = f"{e.deadline_s:g}s" if e.deadline_s is not None else "no"
-                self.event("notice", w, f"leave at the next step boundary ({deadline} deadline)")
+                if e.action == "leave":  # asked to (the scaler's smaller mix, or --events)
+                    w.cause = w.cause or "at a step boundary, as asked"
+                    self.event("notice", w, ASKED_TO_LEAVE)
+                else:
+                    deadline = f"{e.deadline_s:g}s" if e.deadline_s is not None else "no"
+                    detail = f"leave at the next step boundary ({deadline} deadline)"
+                    self.event("notice", w, detail)
                 if e.deadline_s is not None:
                     w.kill_at = now + e.deadline_s
 
@@ -362,6 +368,8 @@ def describe(e: MembershipEvent) -> str:
             f"{at}recovered in {e.recovery_time_s or 0:.2f}s, {lost} step"
             f"{'' if lost == 1 else 's'} lost ({e.detail})"
         )
+    if e.event == "notice" and e.detail == ASKED_TO_LEAVE:  # not a revocation's notice
+        return f"{at}{who} was {ASKED_TO_LEAVE}"
     verb = {
         "join": "joined",
         "leave": "left",

@@ -9,7 +9,7 @@ from shoal.config import RunConfig
 from shoal.errors import UserError, cause_line
 from shoal.launcher.events import parse_events
 from shoal.launcher.spec import RunSpec, check_storage, unreachable_events
-from shoal.launcher.supervisor import attempt_dir, describe
+from shoal.launcher.supervisor import ASKED_TO_LEAVE, attempt_dir, describe
 from shoal.metrics.training import MembershipEvent
 
 
@@ -80,6 +80,12 @@ def test_console_lines_of_membership_events():
                           detail="generation 1: 2 workers")  # fmt: skip
     assert describe(rec) == "step 10: recovered in 1.23s, 1 step lost (generation 1: 2 workers)"
     assert describe(MembershipEvent("join", "w3", "k80", 20)) == "step 20: w3 (k80) joined"
+    # a leave asked for (the scaler's smaller mix, `--events "... leave 1"`) is not called a
+    # notice, which reads as a revocation; a notice still is
+    asked = MembershipEvent("notice", "w1", "k80", 4, detail=ASKED_TO_LEAVE)
+    assert describe(asked) == "step 4: w1 (k80) was asked to leave at the next step boundary"
+    noticed = MembershipEvent("notice", "w1", "k80", 4, detail="leave at the next step boundary")
+    assert describe(noticed) == "step 4: w1 (k80) got a notice: leave at the next step boundary"
 
 
 def test_events_that_cannot_fire_are_named():
