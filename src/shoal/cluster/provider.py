@@ -102,8 +102,9 @@ class EmulatedProvider:
         if not self.kinds:
             raise UserError("the provider offers no kind (name at least one, e.g. k80)")
         self.kinds = tuple(dict.fromkeys(devices.check(k) for k in self.kinds))
-        if self.startup_s < 0 or (self.notice_s is not None and self.notice_s < 0):
-            raise UserError("provider start-up and notice must be >= 0 seconds")
+        seconds = (self.startup_s,) if self.notice_s is None else (self.startup_s, self.notice_s)
+        if not all(0 <= s < math.inf for s in seconds):  # NaN was taken: a replay's time NaN
+            raise UserError("provider start-up and notice must be finite seconds >= 0")
         if self.lifetimes is None:
             self.lifetimes = {k: _gce() for k in self.kinds}
         for key, n in (self.quota or {}).items():
