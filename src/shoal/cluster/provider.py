@@ -229,7 +229,9 @@ def _trace_row(row: list[str], where: str) -> tuple[str, str, float]:
     """One line of a trace file: ("bamboo", node action, ms) or ("csv", kind, lifetime_s)."""
     try:
         if len(row) == 3 and row[1] in ("add", "remove"):
-            return f"bamboo:{row[1]}", row[2], float(row[0]) / 1000.0
+            ms = float(row[0])
+            if math.isfinite(ms):  # NaN or inf ms made a NaN lifetime, taken silently
+                return f"bamboo:{row[1]}", row[2], ms / 1000.0
         if len(row) == 2:
             life = float(row[1])
             if life >= 0 and not math.isnan(life):

@@ -360,3 +360,15 @@ def test_cli_scenario_replay_error_names_the_file(tmp_path, capsys):
     assert err.startswith(
         f"shoal: error: --scenario {path}: scenario: the run does not finish within 30 days"
     ), err
+
+
+def test_cli_scenario_spot_trace_with_a_nan_time(tmp_path, capsys):
+    # a Bamboo line at NaN ms made a NaN lifetime: the replay ran, exit 0
+    trace = tmp_path / "trace.csv"
+    trace.write_text("nan,add,n1\nnan,remove,n1\n")
+    sc = scenario()
+    path = write_scenario(tmp_path, sc, provider={**sc.provider, "spot_trace": str(trace)})
+    assert one_line_error(capsys, path) == (
+        f"shoal: error: --scenario {path}: {trace}:1: expected 'ms,add|remove,node' or "
+        "'kind,lifetime_s'\n"
+    )
