@@ -108,9 +108,9 @@ def _run(args: argparse.Namespace) -> int:
     from shoal.errors import UserError
     from shoal.sim.run import list_choices, simulate_cli
 
-    if args.json and not args.scenario:  # was ignored: a table where JSON was asked for
+    if args.json and args.scenario is None:  # was ignored: a table where JSON was asked for
         raise UserError("--json needs --scenario (a policy run prints a table; --out writes JSON)")
-    if args.scenario:
+    if args.scenario is not None:  # --scenario '' ran the default policy simulation
         return _run_scenario(args)
     if args.list:
         print(list_choices())
@@ -123,11 +123,15 @@ def _run_scenario(args: argparse.Namespace) -> int:
     import json
 
     from shoal.control.scaler import Goal
+    from shoal.errors import UserError
     from shoal.sim.replay import simulate
     from shoal.sim.scenario import load_scenario
 
     sc = load_scenario(args.scenario)
-    result = simulate(sc)
+    try:
+        result = simulate(sc)
+    except UserError as exc:  # e.g. no capacity: name the file, as its load's errors do
+        raise UserError(f"--scenario {args.scenario}: {exc}") from None
     if args.json:
         print(json.dumps(result.summary(), sort_keys=True))
         return 0

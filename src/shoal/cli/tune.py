@@ -84,8 +84,10 @@ def _on_off(text: str) -> bool:
 
 
 def _config_value(text: str) -> Any:
+    from shoal.json_input import loads
+
     try:
-        return json.loads(text)  # ints, floats, true/false
+        return loads(text)  # ints, floats, true/false
     except json.JSONDecodeError:
         return text
 
@@ -97,7 +99,11 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UserError(f"--config: expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = _config_value(value.strip())
+        try:
+            out[key.strip()] = _config_value(value.strip())
+        except ValueError as exc:  # nested too deeply (a traceback), thousands of digits
+            shown = item if len(item) <= 60 else f"{item[:57]}..."
+            raise UserError(f"--config {shown}: {exc}") from None
     return out
 
 

@@ -102,8 +102,9 @@ class EmulatedProvider:
         if not self.kinds:
             raise UserError("the provider offers no kind (name at least one, e.g. k80)")
         self.kinds = tuple(dict.fromkeys(devices.check(k) for k in self.kinds))
-        if self.startup_s < 0 or (self.notice_s is not None and self.notice_s < 0):
-            raise UserError("provider start-up and notice must be >= 0 seconds")
+        seconds = (self.startup_s,) if self.notice_s is None else (self.startup_s, self.notice_s)
+        if not all(0 <= s < math.inf for s in seconds):  # NaN was taken: a replay's time NaN
+            raise UserError("provider start-up and notice must be finite seconds >= 0")
         if self.lifetimes is None:
             self.lifetimes = {k: _gce() for k in self.kinds}
         for key, n in (self.quota or {}).items():
@@ -228,7 +229,9 @@ def _trace_row(row: list[str], where: str) -> tuple[str, str, float]:
     """One line of a trace file: ("bamboo", node action, ms) or ("csv", kind, lifetime_s)."""
     try:
         if len(row) == 3 and row[1] in ("add", "remove"):
-            return f"bamboo:{row[1]}", row[2], float(row[0]) / 1000.0
+            ms = float(row[0])
+            if math.isfinite(ms):  # NaN or inf ms made a NaN lifetime, taken silently
+                return f"bamboo:{row[1]}", row[2], ms / 1000.0
         if len(row) == 2:
             life = float(row[1])
             if life >= 0 and not math.isnan(life):

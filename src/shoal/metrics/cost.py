@@ -5,10 +5,13 @@ scaler decision and at the end (`CostLine`), from which the report draws and che
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.metrics.fields import Fields, drop_none
+
+_MAX = sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,27 @@ class LeaseLine:
 
 
 def _numbers(f: Fields, key: str) -> dict[str, float]:
+    """An object of finite numbers (NaN, inf and 10^400 were taken, or were tracebacks)."""
     value = f.obj.get(key) or {}
     if not isinstance(value, dict) or not all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in value.values()
+        isinstance(v, int | float) and not isinstance(v, bool) and -_MAX <= v <= _MAX
+        for v in value.values()
     ):
-        raise f.fail(f"'{key}' must be an object of numbers, got {value!r}")
+        raise f.fail(f"'{key}' must be an object of finite numbers, got {_short(value)}")
     return {str(k): float(v) for k, v in value.items()}
+
+
+def _counts(f: Fields, key: str) -> dict[str, int]:
+    """An object of whole numbers >= 0 (a mix's servers: 1.5 was taken as 1, inf a traceback)."""
+    numbers = _numbers(f, key)
+    if not all(n >= 0 and n.is_integer() for n in numbers.values()):
+        raise f.fail(f"'{key}' must be an object of counts >= 0, got {_short(f.obj.get(key))}")
+    return {k: int(n) for k, n in numbers.items()}
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 @dataclass(frozen=True)
@@ -88,7 +106,7 @@ class CostLine:
             t_s=f.float_("t_s", required=True) or 0.0,
             usd=f.float_("usd", required=True) or 0.0,
             by_kind=_numbers(f, "by_kind"),
-            mix={k: int(v) for k, v in _numbers(f, "mix").items()},
+            mix=_counts(f, "mix"),
             projected_finish_s=f.float_("projected_finish_s"),
             projected_usd=f.float_("projected_usd"),
             wall_time_s=f.float_("wall_time_s"),

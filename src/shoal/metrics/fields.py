@@ -7,10 +7,14 @@ what every `to_json` starts from: the record's fields as a dict, without the unk
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import Any
 
 from shoal.errors import UserError
+
+# the largest integer a record holds: what a 64-bit counter does (steps, bytes, a rank)
+MAX_INT = 2**63 - 1
 
 
 def drop_none(obj: Any) -> dict[str, Any]:
@@ -43,15 +47,26 @@ class Fields:
             raise self.fail(f"'{key}' must be an integer, got {value!r}")
         if isinstance(value, float) and not value.is_integer():
             raise self.fail(f"'{key}' must be an integer, got {value!r}")
+        if not -MAX_INT <= value <= MAX_INT:  # 10^29 steps: an OverflowError in the plots
+            digits = len(str(abs(int(value))))
+            raise self.fail(f"'{key}' must be an integer of at most 64 bits, got {digits} digits")
         return int(value)
 
-    def float_(self, key: str, required: bool = False) -> float | None:
+    def float_(self, key: str, required: bool = False, finite: bool = False) -> float | None:
+        """A number; with `finite`, not NaN or infinite (a time the plots put on an axis)."""
         value = self._get(key, required)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.fail(f"'{key}' must be a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer such as 10^400: no float holds it
+            digits = len(str(abs(value)))
+            raise self.fail(f"'{key}' is too large a number ({digits:,} digits)") from None
+        if finite and not math.isfinite(number):
+            raise self.fail(f"'{key}' must be a finite number, got {value!r}")
+        return number
 
     def str_(self, key: str, required: bool = False) -> str | None:
         value = self._get(key, required)

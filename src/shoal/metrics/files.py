@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.errors import UserError
+from shoal.json_input import loads
 from shoal.metrics.cost import CostLine, LeaseLine
 from shoal.metrics.fields import Fields, drop_none
 from shoal.metrics.training import MembershipEvent, StepLine
@@ -78,9 +79,11 @@ def parse_line(line: str, where: str) -> Record | None:
     if not line.strip():
         return None
     try:
-        obj = json.loads(line)
+        obj = loads(line)
     except json.JSONDecodeError as exc:
         raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # nested too deeply, an integer of thousands of digits
+        raise UserError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(obj, dict):
         raise UserError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     kind = Fields(obj, where).str_("kind", required=True)
@@ -132,9 +135,13 @@ def read_result(path: str | Path) -> RunResult | None:
     if not path.is_file():
         return None
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = loads(path.read_text(encoding="utf-8"), float_ints=True)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except ValueError as exc:  # nested too deeply, an integer no float holds
+        raise UserError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return RunResult.from_json(obj, str(path))

@@ -85,7 +85,11 @@ def load_run(directory: str | Path) -> Run:
         raise UserError(
             f"{metrics}: not found (is {directory} a directory written by `shoal run`?)"
         )
-    records = list(parse_metrics_bytes(metrics.read_bytes(), str(metrics)))
+    try:
+        data = metrics.read_bytes()
+    except OSError as exc:  # no permission, an I/O error: was a traceback
+        raise UserError(f"{metrics}: cannot read ({exc.strerror or exc})") from None
+    records = list(parse_metrics_bytes(data, str(metrics)))
     steps, events = split_records(records)
     return Run(
         directory=directory,

@@ -28,6 +28,9 @@ JOIN_WINDOW = 20  # the join delays the live driver's median is over (its measur
 # scaler weighs every mix), so a tick every 1e-9 s hung it (1 s of emulated time: 45 s at 0.1);
 # at 1 s a day-long run decides 86,400 times, a few minutes. The default is 600 s.
 MIN_SCALE_EVERY_S = 1.0
+# The largest global batch: the micro-batch planner splits up to 10^18 in under a millisecond,
+# past ~10^20 its float thresholds tie and it slows (10^30 samples hung the replay's first step)
+MAX_BATCH = 10**18
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,10 @@ def _validate(sc: Scenario) -> None:
     _check(bool(sc.batch) and sc.batch[0][0] == 0, "batch must start at step 0")
     starts = [a for a, _ in sc.batch]
     _check(starts == sorted(set(starts)), "batch pieces must start at increasing steps")
-    _check(all(b >= 1 for _, b in sc.batch), "every global batch must be >= 1")
+    _check(
+        all(1 <= b <= MAX_BATCH for _, b in sc.batch),
+        "every global batch must be from 1 to 10^18 samples",
+    )
     for name in ("host_s", "scale_every_s", "checkpoint_every_s"):
         _check(_number(getattr(sc, name)) and getattr(sc, name) > 0, f"{name} must be > 0")
     _check(
@@ -205,14 +211,19 @@ def load_scenario(path: str) -> Scenario:
     import json
     from pathlib import Path
 
+    from shoal.json_input import loads
     from shoal.sim.replay import check_scenario_goal  # replay imports this module
 
+    if not path:  # Path("") is the working directory
+        raise UserError("--scenario: expected a file name, got ''")
     try:
-        data = json.loads(Path(path).read_text())
+        data = loads(Path(path).read_text(), float_ints=True)
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--scenario {path}: cannot read ({exc.__class__.__name__})") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"--scenario {path}:{exc.lineno}: not JSON ({exc.msg})") from None
+    except ValueError as exc:  # nested too deeply, an integer no float holds
+        raise UserError(f"--scenario {path}: not JSON ({exc})") from None
     try:
         sc = Scenario.from_json(data)
         check_scenario_goal(sc)

@@ -75,6 +75,10 @@ def _rows(path: Path):
                     yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except csv.Error as exc:  # e.g. a field past the csv module's limit: was a traceback
+        raise UserError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
+    except OSError as exc:  # unreadable (permissions, an I/O error): was a traceback
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not rows:  # a header alone ran 0 jobs, exit 0 (Philly: an IndexError)
         raise UserError(f"{path}: no jobs")
 
@@ -287,6 +291,8 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
             header = fh.readline()
     except UnicodeDecodeError:
         raise UserError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if "max_parallelism" in header:
         return load_easyscale_workload(path)
     if "num_replicas" in header:

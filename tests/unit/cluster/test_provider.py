@@ -169,6 +169,9 @@ def test_load_spot_trace_csv_and_bamboo(tmp_path):
         ("0,add,n1\nk80,5\n", ":2: mixes"),
         ("# nothing\n", "no lifetimes"),
         ("1000,add,n1\n500,remove,n1\n", ":2: node n1 removed before it was added"),
+        # a NaN lifetime (inf - inf, NaN - NaN), taken silently: no revocation, exit 0
+        ("1e400,add,n1\n1e401,remove,n1\n", ":1: expected 'ms,add|remove,node'"),
+        ("0,add,n1\nnan,remove,n1\n", ":2: expected 'ms,add|remove,node'"),
     ],
 )
 def test_malformed_trace_names_file_and_line(tmp_path, text, needle):

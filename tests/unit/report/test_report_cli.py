@@ -78,3 +78,76 @@ def test_an_output_path_taken_is_exit_2(tmp_path, capsys, blocked):
     assert f"cannot write the report: {taken}" in _one_line_error(capsys)
     assert not (directory / ".report.html.tmp").exists()
     assert taken.is_dir() or taken.read_text() == "kept"
+
+
+STEP = {"kind": "step", "step": 1, "wall_time_s": 0.5}
+COST = {"kind": "cost", "t_s": 1.0, "usd": 0.1, "by_kind": {"k80": 0.1}, "mix": {"k80:spot": 1}}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        # a RecursionError traceback
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deeply)"),
+        # Python's own words, about sys.set_int_max_str_digits
+        ('{"kind": "step", "step": ' + "9" * 5000 + "}", "not valid JSON (an integer of more"),
+        # no float holds 10^400: an OverflowError traceback
+        (json.dumps({**STEP, "loss": 10**400}), "'loss' is too large a number (401 digits)"),
+        # 10^29 steps: an OverflowError traceback in the plots
+        (json.dumps({**STEP, "step": 10**29}), "'step' must be an integer of at most 64 bits"),
+        # "Axis limits cannot be NaN or Inf", naming no file
+        (json.dumps({**STEP, "wall_time_s": float("inf")}), "'wall_time_s' must be a finite"),
+        (
+            '{"kind": "membership", "event": "fail", "worker": "w1", "wall_time_s": NaN}',
+            "'wall_time_s' must be a finite number, got nan",
+        ),
+        # an OverflowError traceback; NaN was "cannot convert float NaN to integer"; 1.5 was 1
+        (json.dumps({**COST, "mix": {"k80:spot": float("inf")}}), "'mix' must be an object of"),
+        (json.dumps({**COST, "mix": {"k80:spot": float("nan")}}), "'mix' must be an object of"),
+        (json.dumps({**COST, "mix": {"k80:spot": 1.5}}), "'mix' must be an object of counts"),
+        (json.dumps({**COST, "by_kind": {"k80": float("nan")}}), "'by_kind' must be an object of"),
+    ],
+)
+def test_bad_metrics_values_are_one_line_naming_the_line(tmp_path, capsys, line, message):
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(STEP) + "\n" + line + "\n")
+    assert main(["report", str(tmp_path)]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith(f"shoal: error: {tmp_path / 'metrics.jsonl'} line 2: {message}"), err
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deeply)"),
+        ('{"wall_time_s": 1' + "0" * 400 + "}", "not valid JSON (an integer of 401 digits"),
+    ],
+)
+def test_bad_result_json_is_one_line(tmp_path, capsys, text, message):
+    # a RecursionError and an OverflowError traceback
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(STEP) + "\n")
+    (tmp_path / "result.json").write_text(text)
+    assert main(["report", str(tmp_path)]) == 2
+    err = _one_line_error(capsys)
+    assert err.startswith(f"shoal: error: {tmp_path / 'result.json'}: {message}"), err
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "result.json"])
+def test_an_unreadable_file_is_one_line(tmp_path, capsys, monkeypatch, name):
+    # no permission, an I/O error: an OSError traceback
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(STEP) + "\n")
+    (tmp_path / "result.json").write_text("{}")
+    target = tmp_path / name
+    real = {"read_bytes": type(target).read_bytes, "read_text": type(target).read_text}
+
+    def refusing(method):
+        def read(self, *args, **kwargs):
+            if self == target:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real[method](self, *args, **kwargs)
+
+        return read
+
+    for method in real:
+        monkeypatch.setattr(type(target), method, refusing(method))
+    assert main(["report", str(tmp_path)]) == 2
+    assert _one_line_error(capsys) == f"shoal: error: {target}: cannot read (Permission denied)\n"

@@ -8,6 +8,7 @@ membership change 5 s.
 """
 
 import json
+import math
 import re
 
 import pytest
@@ -302,3 +303,72 @@ def test_cli_scenario(tmp_path, capsys):
     assert main(["simulate", "--scenario", str(path)]) == 2
     err = capsys.readouterr().err
     assert "not JSON" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        # a RecursionError traceback
+        ("[" * 100_000 + "]" * 100_000, "not JSON (nested too deeply)"),
+        # Python's own refusal, naming no file and sys.set_int_max_str_digits
+        ('{"steps": ' + "9" * 5000 + "}", "not JSON (an integer of 5,000 digits, too large"),
+        # no float holds 10^400: an OverflowError traceback where it was used as a number
+        ('{"host_s": 1' + "0" * 400 + "}", "not JSON (an integer of 401 digits, too large"),
+    ],
+)
+def test_cli_scenario_json_that_cannot_be_read_is_one_line(tmp_path, capsys, text, needle):
+    path = tmp_path / "scenario.json"
+    path.write_text(text)
+    assert one_line_error(capsys, path) == f"shoal: error: --scenario {path}: {needle}" + (
+        " for a number)\n" if "too large" in needle else "\n"
+    )
+
+
+def test_cli_scenario_with_an_empty_name_is_an_error(capsys):
+    # '' was taken as no --scenario: the default policy simulation ran, exit 0
+    assert main(["simulate", "--scenario", ""]) == 2
+    assert capsys.readouterr().err == "shoal: error: --scenario: expected a file name, got ''\n"
+
+
+def test_cli_scenario_batch_past_the_planner_bound(tmp_path, capsys):
+    # a global batch of 10^30 samples hung the replay's first step (the planner's float ties)
+    path = write_scenario(tmp_path, scenario(), batch=[[0, 10**30]])
+    err = one_line_error(capsys, path)
+    assert err == (
+        f"shoal: error: --scenario {path}: scenario: every global batch must be from 1 to "
+        "10^18 samples\n"
+    )
+
+
+@pytest.mark.parametrize("field", ["startup_s", "notice_s"])
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_cli_scenario_provider_seconds_must_be_finite(tmp_path, capsys, field, value):
+    # startup_s NaN replayed to a made-up time (850 s for this run's 315 s), exit 0
+    sc = scenario()
+    path = write_scenario(tmp_path, sc, provider={**sc.provider, field: value})
+    assert one_line_error(capsys, path) == (
+        f"shoal: error: --scenario {path}: provider start-up and notice must be finite "
+        "seconds >= 0\n"
+    )
+
+
+def test_cli_scenario_replay_error_names_the_file(tmp_path, capsys):
+    # the replay's own refusals (here: servers that take 10^7 s to start) named no file
+    sc = scenario()
+    path = write_scenario(tmp_path, sc, provider={**sc.provider, "startup_s": 1e7})
+    err = one_line_error(capsys, path)
+    assert err.startswith(
+        f"shoal: error: --scenario {path}: scenario: the run does not finish within 30 days"
+    ), err
+
+
+def test_cli_scenario_spot_trace_with_a_nan_time(tmp_path, capsys):
+    # a Bamboo line at NaN ms made a NaN lifetime: the replay ran, exit 0
+    trace = tmp_path / "trace.csv"
+    trace.write_text("nan,add,n1\nnan,remove,n1\n")
+    sc = scenario()
+    path = write_scenario(tmp_path, sc, provider={**sc.provider, "spot_trace": str(trace)})
+    assert one_line_error(capsys, path) == (
+        f"shoal: error: --scenario {path}: {trace}:1: expected 'ms,add|remove,node' or "
+        "'kind,lifetime_s'\n"
+    )

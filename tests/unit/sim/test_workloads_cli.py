@@ -386,3 +386,32 @@ def test_cli_no_plots_removes_the_plots_of_an_earlier_run(tmp_path, capsys):
     (out / "mine.png").write_text("not ours")
     assert main([*argv, "--no-plots"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["jobs.csv", "mine.png", "summary.json"]
+
+
+def test_a_field_past_the_csv_limit_is_one_line(tmp_path, capsys):
+    # csv's "field larger than field limit" was a traceback (csv.Error is no ValueError)
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + "ok,1,ncf,1,256\n" + "a,1,ncf,1," + "9" * 200_000 + "\n")
+    assert main(["simulate", "--workload", str(path), "--cluster", "1x4xt4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"shoal: error: {path}:3: not CSV (field larger than field limit")
+
+
+@pytest.mark.parametrize("header", [HEADER, "timestamp,duration,num_gpus,gpu_time,cluster\n"])
+def test_an_unreadable_workload_file_is_one_line(tmp_path, capsys, monkeypatch, header):
+    # a file that cannot be read (no permission, an I/O error) was an OSError traceback: at the
+    # header's read, or at the rows' (open() fails here once the header was read)
+    path = tmp_path / "w.csv"
+    path.write_text(header + "a,1,ncf,1,256\n")
+    real_open, opened = type(path).open, []
+
+    def failing_open(self, *args, **kwargs):
+        opened.append(self)
+        if self == path and len(opened) > (0 if header == HEADER else 1):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "open", failing_open)
+    assert main(["simulate", "--workload", str(path), "--cluster", "1x4xt4"]) == 2
+    assert capsys.readouterr().err == f"shoal: error: {path}: cannot read (Permission denied)\n"

@@ -111,6 +111,9 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, capsys):
         (["--config", "n_layer=abc"], "--config n_layer=abc: GPTConfig.n_layer must be an integer"),
         # every trial forked a billion torch processes (each under the cap, not their sum)
         (["--world-size", "1000000000"], "--world-size 1000000000: at most"),
+        # a RecursionError traceback; Python's words about sys.set_int_max_str_digits
+        (["--config", "n_layer=" + "[" * 100_000], "[[[...: nested too deeply\n"),
+        (["--config", "n_layer=" + "9" * 5000], ": an integer of more than 4,300 digits\n"),
     ],
 )
 def test_cli_bad_values_name_the_flag(extra, needle, capsys):
