@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "perf": {"plan", "errors"},
     "cluster": {"perf", "errors"},
     "control": {"perf", "plan", "cluster", "errors"},
-    "sim": {"control", "perf", "plan", "cluster", "errors"},
+    "sim": {"control", "perf", "plan", "cluster", "errors", "json_input"},
     "runtime": {"control", "perf", "plan", "errors", "job", "config", "metrics"},
     "launcher": {
         "runtime",
@@ -40,9 +40,10 @@ ALLOWED: dict[str, set[str] | None] = {
     "models": {"schedule"},
     "schedule": {"errors"},
     "config": {"errors"},
-    "metrics": {"errors"},
+    "metrics": {"errors", "json_input"},
     "job": {"errors"},
     "errors": set(),
+    "json_input": set(),  # JSON from a user's file, every refusal a ValueError
     "console": set(),
     "data": set(),
     "cli": None,
@@ -50,7 +51,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "__init__": {"job", "launcher"},
     "__main__": {"cli"},
 }
-NO_TORCH = ["plan", "perf", "cluster", "control", "sim", "config", "metrics"]
+NO_TORCH = ["plan", "perf", "cluster", "control", "sim", "config", "metrics", "json_input"]
 DISTRIBUTED_OK = {"runtime", "schedule", "tune"}  # schedule: its sharding ops are collectives
 MAX_FUNCTION_LINES = 80
 
