@@ -14,11 +14,12 @@ them are `control.scaler`'s). The prediction of the rest of the run:
   start-up at the reduced speed of the mix without it. With lam = sum over spot servers of
   r_k x loss_k, the time lost is the fraction lam of the time spent, so the remaining time is
   compute / (1 - lam) (a mix with lam >= 1 never finishes);
-- the move from `held` to the mix, make-before-break as both drivers execute it: joins and
-  leaves are each one membership change of change_cost_s; while the mix's servers still boot
-  (a join's whole start-up, a held server's `boot_left_s`) the ready servers train on, the
-  surplus among them included, and every one of them is billed, as are the booting ones;
-  training on the mix starts when they are ready (`_boot_phase`);
+- the move from `held` to the mix, make-before-break as both drivers execute it (`_move`):
+  joins and leaves are each one membership change of change_cost_s; while the mix's servers
+  still boot (a join's whole start-up, a held server's `boot_left_s`) the ready servers train
+  on, the surplus among them included, and every one of them is billed, as are the booting
+  ones; at `max_servers` the rest of a change of kind goes one server a boot; training on the
+  mix starts when the last has joined, and a mix the drivers cannot reach is never chosen;
 - cost: what was spent plus each phase's servers' price per hour over its predicted length.
 """
 
@@ -37,6 +38,7 @@ from shoal.perf import step_time as perf_step_time
 from shoal.perf.devices import load_devices
 
 RATE_SAMPLES = 4000  # lifetimes drawn to estimate a revocation rate
+EXACT_BOOTS = 16  # a move's boots whose members' speed is evaluated (the rest: interpolated)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class MixModel:
 
     def __init__(self, inp: ScalerInput, max_servers: int) -> None:
         self.inp = inp
+        self.max_servers = max_servers
         offered = {(o.kind, o.tier): o for o in inp.offers}
         held = {key: n for key, n in inp.held.items() if n > 0}
         self.keys = sorted(set(offered) | set(held))
@@ -209,10 +212,10 @@ class MixModel:
                     2 * self.inp.change_cost_s + lost_step + self.startup_s * fracs[self.kind_of[i]]
                 )
                 lam += n * self.rate[i] * loss
-        boot_s, boot_usd, done = self._boot_phase(counts, joins)
+        boot_s, boot_usd, done = self._boot_phase(counts)
         changes = self.inp.change_cost_s * (joins + leaves)
-        if done >= 1:  # the ready servers finish before the mix is ready: at boot_s / done
-            remaining, cost = boot_s / done, self.inp.spent_usd + boot_usd / done
+        if done >= 1:  # the servers training during the move finish the run
+            remaining, cost = boot_s, self.inp.spent_usd + boot_usd
         elif lam < 1:
             after = compute * (1 - done) / (1 - lam) + changes
             remaining = boot_s + after
@@ -222,21 +225,100 @@ class MixModel:
         self._done[counts] = found = (self.inp.now_s + remaining, cost, step_s)
         return found
 
-    def _boot_phase(self, counts: tuple[int, ...], joins: bool) -> tuple[float, float, float]:
-        """(seconds, USD, fraction of the remaining work done) until the mix `counts` is ready:
-        a join's whole start-up, or the booting held servers' rest when it keeps any (0: no
-        wait). Meanwhile every ready held server trains (make-before-break: the surplus leave
-        once nothing the mix keeps boots), and each of them and of the mix's booting servers is
-        billed: max(ready, wanted) per key."""
-        waits = self.startup_s if joins else 0.0
-        if any(min(n, h) > r for n, h, r in zip(counts, self.held, self.ready, strict=True)):
-            waits = max(waits, self.inp.boot_left_s)
-        if waits <= 0:
-            return 0.0, 0.0, 0.0
-        billed = sum(max(r, n) * p for n, r, p in zip(counts, self.ready, self.price, strict=True))
-        compute = self.per_gpus(self.ready_gpus)[1]
-        done = waits / compute if compute else math.inf  # none ready: inf, so 0 done
-        return waits, billed * waits / 3600.0, done
+    def _boot_phase(self, counts: tuple[int, ...]) -> tuple[float, float, float]:
+        """(seconds, USD, fraction of the remaining work done) until the drivers have moved to
+        the mix `counts`, make-before-break as they execute it (`_move`), or until the servers
+        training meanwhile finish the run (then the fraction is 1); (inf, inf, 0) when the
+        drivers cannot reach the mix (at `max_servers` the last member is never released)."""
+        move = self._move(counts)
+        if move is None:
+            return math.inf, math.inf, 0.0
+        seconds = usd = done = 0.0
+        for wait, rate, per_hour in move:
+            if done + wait * rate >= 1:  # the members finish before the boot ends
+                need = (1 - done) / rate
+                return seconds + need, usd + per_hour * need / 3600.0, 1.0
+            seconds, usd, done = seconds + wait, usd + per_hour * wait / 3600.0, done + wait * rate
+        return seconds, usd, done
+
+    def _move(self, counts: tuple[int, ...]) -> list[tuple[float, float, float]] | None:
+        """The boots of a move from the held servers to `counts`, as both drivers execute it
+        (`sim.replay`'s `fill` and `shrink`, `launcher.autoscale`'s `_fill` and `_shrink`):
+        surplus servers still booting are released at once and the missing ones requested, in
+        key order, up to `max_servers` held; the surplus members leave once nothing boots, one
+        at a time, each followed by a request: at the bound a change of kind goes one server a
+        boot. The last member is never released (None: the mix is out of reach). Per boot:
+        (seconds, the fraction of the remaining work its members do per second, USD per hour
+        of the servers held meanwhile). The first boot lasts the last server's start-up (a
+        join's `startup_s`, a kept booting server's `boot_left_s`), the others `startup_s`."""
+        ready = list(self.ready)
+        booting = [  # the held servers booting that the mix keeps (surplus ones go first)
+            min(h - r, max(0, n - r)) for n, h, r in zip(counts, self.held, self.ready, strict=True)
+        ]
+        wait = self.inp.boot_left_s if any(booting) else 0.0
+        if self._request(counts, ready, booting):
+            wait = max(wait, self.startup_s)
+        boots = []
+        if wait > 0:
+            held = [r + b for r, b in zip(ready, booting, strict=True)]
+            boots.append((wait, self._rate(ready), self._per_hour(held)))
+        members = [r + b for r, b in zip(ready, booting, strict=True)]
+        leave = [
+            i for i, (m, n) in enumerate(zip(members, counts, strict=True)) for _ in range(m - n)
+        ]
+        join = [
+            i for i, (m, n) in enumerate(zip(members, counts, strict=True)) for _ in range(n - m)
+        ]
+        if join and sum(members) <= 1:
+            return None
+        return boots + self._swaps(members, leave, join)
+
+    def _swaps(self, members: list[int], leave: list[int], join: list[int]) -> list[tuple]:
+        """The boots of the swaps at the bound: in the t-th, the member of key `leave[t]` has
+        gone and the server of key `join[t]` boots. The members' rate is evaluated for the first
+        `EXACT_BOOTS` swaps and the last, and taken on the line between them in the middle (one
+        step-time evaluation a swap made a decision at 1,000 servers take 16 s)."""
+
+        def at(t: int) -> list[int]:
+            now = list(members)
+            for i in leave[: t + 1]:
+                now[i] -= 1
+            for i in join[:t]:
+                now[i] += 1
+            return now
+
+        last = len(join) - 1
+        exact = {t: self._rate(at(t)) for t in (*range(min(EXACT_BOOTS, last + 1)), last)}
+        first = min(EXACT_BOOTS, last + 1) - 1
+        per_hour = self._per_hour(members) - self.price[leave[0]] if join else 0.0
+        out = []
+        for t, i in enumerate(join):
+            if t > 0:
+                per_hour += self.price[join[t - 1]] - self.price[leave[t]]
+            if t in exact:
+                rate = exact[t]
+            else:  # between the last exact swap and the last one
+                rate = exact[first] + (exact[last] - exact[first]) * (t - first) / (last - first)
+            out.append((self.startup_s, rate, per_hour + self.price[i]))
+        return out
+
+    def _rate(self, members: Sequence[int]) -> float:
+        """The fraction of the remaining work `members` (a count per key) do per second."""
+        compute = self.per_gpus(self.gpus_of(members))[1]
+        return 1 / compute if compute else math.inf  # compute inf: nobody trains, 0
+
+    def _per_hour(self, counts: Sequence[int]) -> float:
+        return sum(n * p for n, p in zip(counts, self.price, strict=True))
+
+    def _request(self, counts, ready: list[int], booting: list[int]) -> bool:
+        """Request the missing servers of `counts`, in key order, within `max_servers` held
+        (in place); whether any was requested."""
+        room, asked = self.max_servers - sum(ready) - sum(booting), 0
+        for i, n in enumerate(counts):
+            more = max(0, min(n - ready[i] - booting[i], room - asked))
+            booting[i] += more
+            asked += more
+        return asked > 0
 
     def mix(self, counts: tuple[int, ...]) -> Mix:
         finish_s, cost_usd, step_s = self.predict(counts)

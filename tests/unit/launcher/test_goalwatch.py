@@ -61,7 +61,7 @@ def test_a_deadline_that_can_no_longer_be_met_is_said_once(tmp_path):
     assert len(warned) == 1, said
     assert warned[0] == (
         "warning: the deadline of 170 s can no longer be met (at 200 s the fastest mix "
-        "finishes at 262 s, on 5xv100:spot); continuing at that mix"
+        "finishes at 262 s, on 3xk80:spot, 5xv100:spot); continuing at that mix"
     )
     assert said.index(warned[0]) == 1 + next(i for i, s in enumerate(said) if "t=200s" in s)
     decisions = [x for x in costs if "projected_finish_s" in x]

@@ -11,10 +11,12 @@ The scaler is a stand-in that switches the target at a given time, so each test 
 target it exercises.
 """
 
+import math
+
 import pytest
 
 from shoal.control.mix_model import Mix, MixModel
-from shoal.control.scaler import Scaler
+from shoal.control.scaler import Goal, Scaler
 from shoal.sim import replay as replay_mod
 from shoal.sim.replay import simulate
 from shoal.sim.scenario import Scenario
@@ -112,10 +114,16 @@ def test_a_later_decision_keeps_the_surplus_it_wants_again(monkeypatch):
     assert result.time_s == pytest.approx(100 * 2.5) and result.changes == 0
 
 
-def test_the_scalers_prediction_of_a_change_of_kind_is_what_the_replay_executes(monkeypatch):
+@pytest.mark.parametrize(("max_servers", "changes"), [(4, 1), (2, 3)])
+def test_the_scalers_prediction_of_a_change_of_kind_is_what_the_replay_executes(
+    monkeypatch, max_servers, changes
+):
     """The scaler judges a move as the drivers execute it: at 100 s, the model's finish and
-    cost of two V100s (held: two ready K80s) are the replay's, but for the second change the
-    model counts (the K80s' leave and the V100s' join are one change in the replay: 5 s)."""
+    cost of two V100s (held: two ready K80s) are the replay's but for the membership changes,
+    which the model counts as two (the leaves, the joins) and the replay as `changes`: under
+    the bound one (the K80s leave as the V100s join), at the bound (2) three (a K80 leaves at
+    100 s, then a V100 joins and the other K80 leaves at 160 s, the last V100 joins at 220 s:
+    the move waits two boots, trained on one K80, then on one V100)."""
     seen = []
 
     class Watching(Scaler):
@@ -124,12 +132,37 @@ def test_the_scalers_prediction_of_a_change_of_kind_is_what_the_replay_executes(
             return Mix({K80: 2} if inp.now_s < 100 else {V100: 2}, 1.0, 0.0, 0.0)
 
     monkeypatch.setattr(replay_mod, "Scaler", Watching)
-    result = run(scale_every_s=25.0)
+    result = run(max_servers=max_servers, scale_every_s=25.0)
+    assert result.changes == changes
     inp = next(i for i in seen if i.now_s == 100.0)
-    model = MixModel(inp, 4)
+    model = MixModel(inp, max_servers)
     finish_s, cost_usd, _ = model.predict(tuple(2 if k == V100 else 0 for k in model.keys))
-    assert finish_s == pytest.approx(result.time_s + 5.0)
-    assert cost_usd == pytest.approx(result.cost_usd + 2 * 2.144 * 5.0 / 3600)
-    booting = next(i for i in seen if 100.0 < i.now_s < 160.0)  # a decision while they boot
-    assert dict(booting.booting) == {V100: 2}
+    # within one change (5 s) of every server's time: the model's changes pause the mix, the
+    # replay's pause whoever trains then (under the bound exactly 5 s more: one change more)
+    assert abs(finish_s - result.time_s) <= 5.0 + 1e-9
+    assert abs(cost_usd - result.cost_usd) <= 2 * (2.144 + 0.723) * 5.0 / 3600
+    if max_servers == 4:
+        assert finish_s == pytest.approx(result.time_s + 5.0)
+    booting = next(i for i in seen if 100.0 < i.now_s < 160.0)  # a decision while one boots
+    assert dict(booting.booting) == {V100: 2 if max_servers == 4 else 1}
     assert booting.boot_left_s == pytest.approx(160.0 - booting.now_s)
+
+
+def test_a_mix_the_drivers_cannot_reach_is_never_chosen():
+    """At --max-servers 1 a change of kind never happens (the last member is never released
+    to make room): the model gives such a mix no finish, so the scaler keeps the held one."""
+    from shoal.cluster.provider import Offer
+    from shoal.control.mix_model import ScalerInput
+
+    inp = ScalerInput(
+        now_s=0.0, steps_done=0, steps_total=100, batch=((0, 64),),
+        step_time=lambda gpus, b: 2.0 if "k80" in gpus else 1.0,
+        offers=[Offer("k80", "on_demand", 0.723, 60.0, None, 1),
+                Offer("v100", "on_demand", 2.144, 60.0, None, 1)],
+        held={K80: 1}, spent_usd=0.0, change_cost_s=5.0, revocations_per_s=lambda k: 0.0,
+    )  # fmt: skip
+    model = MixModel(inp, 1)
+    v100_only = tuple(int(k == V100) for k in model.keys)
+    assert model.predict(v100_only)[:2] == (math.inf, math.inf)
+    assert Scaler(Goal(budget_usd=100.0), max_servers=1).decide(inp).counts == {K80: 1}
+    assert MixModel(inp, 2).predict(v100_only)[0] == pytest.approx(60 + 100 * 1.0 * 0.7 + 10)
