@@ -156,7 +156,7 @@ def parse_cluster(spec: str, check_kind: KindCheck | None = None) -> TransientCl
 def load_cluster_file(path: Path, check_kind: KindCheck | None = None) -> TransientCluster:
     """A cluster from a file of items, one or more per line; errors name the file and line."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not data
     except OSError as exc:
         raise UserError(f"cannot read cluster file {str(path)!r}: {exc.strerror}") from None
     except UnicodeDecodeError:

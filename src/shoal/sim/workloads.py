@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shoal.cluster.nodes import MAX_GPUS
 from shoal.errors import UserError
 from shoal.perf.devices import load_devices
 from shoal.perf.goodput import gain, goodput_model
@@ -204,6 +205,11 @@ def _philly_rows(path: Path) -> tuple[tuple[float, float, int, int], ...]:
         duration = _num(path, lineno, row, "duration", float, 0)
         _check_length(path, lineno, f"duration {duration:g}", duration)
         gpus = _num(path, lineno, row, "num_gpus", _whole, 1)
+        if gpus > MAX_GPUS:  # no cluster holds it (1e300 was a 300-digit number in an error)
+            raise UserError(
+                f"{path}:{lineno}: num_gpus must be at most {MAX_GPUS:,} (the largest cluster), "
+                f"got {row['num_gpus']!r}"
+            )
         out.append((ts, duration, gpus, lineno))
     out.sort()
     return tuple(out)

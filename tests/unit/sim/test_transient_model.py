@@ -238,6 +238,14 @@ def test_binary_cluster_file(tmp_path):
         parse_cluster(f"@{path}")
 
 
+def test_cluster_file_may_start_with_a_byte_order_mark(tmp_path):
+    """As the workload and trace files may (a spreadsheet's export): it was refused as an
+    unknown kind '\ufeff4xk80'."""
+    path = tmp_path / "cluster.txt"
+    path.write_text("\ufeff4xk80@us-east1:spot\n", encoding="utf-8")
+    assert parse_cluster(f"@{path}") == parse_cluster("4xk80@us-east1:spot")
+
+
 def test_cluster_file_error_names_file_and_line(tmp_path, capsys):
     path = tmp_path / "cluster.txt"
     path.write_text("# two regions\n4xk80@us-east1:spot\n2xp100@mars-1:spot  # typo\n")

@@ -63,6 +63,17 @@ def test_philly_row_with_infinite_gpus(tmp_path, gpus):
         load_workload(str(path))
 
 
+def test_philly_row_wider_than_any_cluster(tmp_path):
+    """1e300 GPUs was taken, and yarn-cs's refusal printed a 300-digit number."""
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-03,60,1e300,60,x\n")
+    with pytest.raises(UserError) as err:
+        load_workload(str(path))
+    assert str(err.value) == (
+        f"{path}:2: num_gpus must be at most 100,000 (the largest cluster), got '1e300'"
+    )
+
+
 ES_HEADER = "name,time,application,max_parallelism,batch_size,epochs,"
 ES_HEADER += "enable_heterogeneous_deterministic,preferred_gpu,\n"
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
