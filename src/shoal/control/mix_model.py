@@ -164,7 +164,6 @@ class MixModel:
         self.batch_now = batch_at(inp.batch, min(inp.steps_done, max(inp.steps_total - 1, 0)))
         self.kinds = sorted({kind for kind, _ in self.keys})
         self.kind_of = tuple(self.kinds.index(kind) for kind, _ in self.keys)
-        self.ready_gpus = self.gpus_of(self.ready)
         self._step: dict[tuple, float] = {}
         self._gpus: dict[tuple[int, ...], tuple[float, float, tuple[float, ...]]] = {}
         self._done: dict[tuple[int, ...], tuple[float, float, float]] = {}
@@ -202,10 +201,9 @@ class MixModel:
         if found is not None:
             return found
         step_s, compute, fracs = self.per_gpus(self.gpus_of(counts))
-        lam, joins, leaves, per_hour = 0.0, False, False, 0.0
+        lam, joins, leaves = 0.0, False, False
         for i, (n, h) in enumerate(zip(counts, self.held, strict=True)):
             joins, leaves = joins or n > h, leaves or n < h
-            per_hour += n * self.price[i]
             if n and self.rate[i]:
                 lost_step = _in_flight_loss(step_s, self.notice[i])
                 loss = (
@@ -219,7 +217,7 @@ class MixModel:
         elif lam < 1:
             after = compute * (1 - done) / (1 - lam) + changes
             remaining = boot_s + after
-            cost = self.inp.spent_usd + boot_usd + per_hour * after / 3600.0
+            cost = self.inp.spent_usd + boot_usd + self._per_hour(counts) * after / 3600.0
         else:
             remaining = cost = math.inf
         self._done[counts] = found = (self.inp.now_s + remaining, cost, step_s)
@@ -258,11 +256,8 @@ class MixModel:
         wait = self.inp.boot_left_s if any(booting) else 0.0
         if self._request(counts, ready, booting):
             wait = max(wait, self.startup_s)
-        boots = []
-        if wait > 0:
-            held = [r + b for r, b in zip(ready, booting, strict=True)]
-            boots.append((wait, self._rate(ready), self._per_hour(held)))
-        members = [r + b for r, b in zip(ready, booting, strict=True)]
+        members = [r + b for r, b in zip(ready, booting, strict=True)]  # once these have booted
+        boots = [(wait, self._rate(ready), self._per_hour(members))] if wait > 0 else []
         leave = [
             i for i, (m, n) in enumerate(zip(members, counts, strict=True)) for _ in range(m - n)
         ]
@@ -279,6 +274,9 @@ class MixModel:
         `EXACT_BOOTS` swaps and the last, and taken on the line between them in the middle (one
         step-time evaluation a swap made a decision at 1,000 servers take 16 s)."""
 
+        if not join:
+            return []
+
         def at(t: int) -> list[int]:
             now = list(members)
             for i in leave[: t + 1]:
@@ -290,7 +288,7 @@ class MixModel:
         last = len(join) - 1
         exact = {t: self._rate(at(t)) for t in (*range(min(EXACT_BOOTS, last + 1)), last)}
         first = min(EXACT_BOOTS, last + 1) - 1
-        per_hour = self._per_hour(members) - self.price[leave[0]] if join else 0.0
+        per_hour = self._per_hour(members) - self.price[leave[0]]
         out = []
         for t, i in enumerate(join):
             if t > 0:

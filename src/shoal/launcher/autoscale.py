@@ -260,7 +260,7 @@ class Driver:
         """Leave the servers the target mix no longer wants: booting ones at once (released),
         then, once every requested server has joined, the newest workers (graceful leaves)."""
         book, leases = self.book, self.book.leases
-        staying = [s for s in leases if s not in book.noticed and s not in book.leaving]
+        staying = self._staying()
         booting = [s for s in staying if self._state(s) == "starting"]
         for key, n in sorted(book.held().items()):
             extra = n - self.want.get(key, 0)
@@ -276,6 +276,11 @@ class Driver:
                     book.leaving.add(server)
                     self.ctl.pending.append(Event("leave", at_s=0.0, worker=wid))
                     booting = ["wait"]  # one leave per poll: the group regroups once each
+
+    def _staying(self) -> list[str]:
+        """The servers held and staying: neither noticed nor leaving (`LeaseBook.held`'s)."""
+        book = self.book
+        return [s for s in book.leases if s not in book.noticed and s not in book.leaving]
 
     def _loss_order(self, server: str) -> tuple[int, int]:
         """Booting servers first, then the most recently started workers."""
@@ -309,11 +314,7 @@ class Driver:
         self.redecide = False
         if periodic:
             self.next_decision_s = now + self.cfg.scale_every_s
-        book = self.book
-        booting = [
-            s for s in book.leases
-            if s not in book.noticed and s not in book.leaving and self._state(s) == "starting"
-        ]  # fmt: skip
+        booting = [s for s in self._staying() if self._state(s) == "starting"]
         mix = self.scaler.decide(self.model.scaler_input(now, self.ctl.steps_done, booting))
         changed = self.mix is None or mix.counts != self.mix.counts
         self.mix = mix

@@ -193,12 +193,9 @@ class _Run:
         return join_delay_at(self.sc.join_delays, self.t)
 
     def scaler_input(self) -> ScalerInput:
-        offers = [
-            replace(o, startup_s=max(o.startup_s, self.counted_delay()))
-            for o in self.provider.offers(self.t)
-        ]
+        startup_s = max(self.provider.startup_s, self.counted_delay())  # as the live run's
+        offers = [replace(o, startup_s=startup_s) for o in self.provider.offers(self.t)]
         booting = [s for s in self.servers.values() if not s.joined and not s.leaving]
-        startup_s = max((o.startup_s for o in offers), default=self.counted_delay())
         return ScalerInput(
             now_s=self.t,
             steps_done=int(self.progress),
