@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +110,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 # TrialSpec's fields whose bounds it checks itself, by the flag that sets each
-_TRIAL_FLAGS = {"steps": "--steps", "warmup_steps": "--warmup-steps", "world_size": "--world-size"}
+_TRIAL_FLAGS = {
+    "steps": "--steps",
+    "warmup_steps": "--warmup-steps",
+    "world_size": "--world-size",
+    "seq_len": "--seq-len",
+    "threads": "--threads",
+}
 
 
 def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
@@ -127,7 +135,7 @@ def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> N
 def _tune(args: argparse.Namespace) -> int:
     import optuna
 
-    from shoal.launcher.spec import check_local_processes
+    from shoal.launcher.spec import check_local_processes, local_worker_limit
     from shoal.tune import SearchSpace, TrialSpec, run_trial, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is printed below
@@ -158,6 +166,12 @@ def _tune(args: argparse.Namespace) -> int:
     if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
     check_local_processes("--world-size", args.world_size)  # each trial forks them at once
+    if args.threads > local_worker_limit():  # torch's pool fails past a few thousand: a crash
+        cores = len(os.sched_getaffinity(0))
+        raise UserError(
+            f"--threads {args.threads}: at most {local_worker_limit()} threads per process on "
+            f"{cores} CPU cores"
+        )
     if args.out is not None:  # checked before the trials, not after them
         if args.out.is_dir():
             raise UserError(f"--out {args.out}: is a directory (give a JSON file's path)")
@@ -192,8 +206,10 @@ def _tune(args: argparse.Namespace) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(result.to_json())
     best = result.best
-    if best is None:
-        print(f"no configuration fits under {args.memory_cap_mb:.0f} MiB")
+    if best is None:  # why: over the cap is an answer, timeouts and errors are not
+        counts = Counter(rec.status for rec in result.trials)
+        why = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        print(f"no configuration fits under {args.memory_cap_mb:.0f} MiB ({why})")
         return 1
     print(
         f"best: micro_batch_size={best.micro_batch_size} ckpt_ratio={best.ckpt_ratio} "

@@ -1,6 +1,6 @@
 """Parent side of a trial: run one `TrialSpec` in a fresh subprocess and classify the outcome.
 
-This module owns the process boundary: it launches `python -m shoal.tune.trial`,
+This module owns the process boundary: it launches `python -m shoal.tune`,
 enforces a wall-clock timeout and (on Linux) a per-process memory cap by polling the resident set
 size of the trial's process tree, and turns the child's exit into a `TrialOutcome` with a status:
 `ok`, `over_cap` (killed or measured above the cap), `oom` (the allocator or the kernel gave up),
@@ -83,7 +83,7 @@ def run_trial(
         env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
     src = str(Path(__file__).resolve().parents[2])  # .../src, so the child imports this shoal
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "shoal.tune.trial", spec.to_json()]
+    cmd = [sys.executable, "-m", "shoal.tune", spec.to_json()]
     # Files rather than pipes: a chatty trial must not block on a full pipe while we poll.
     out_file, err_file = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     proc = subprocess.Popen(
@@ -139,4 +139,6 @@ def run_trial(
     tail = stderr.strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
     if proc.returncode == -signal.SIGKILL or any(m in stderr for m in _OOM_MARKERS):
         return TrialOutcome("oom", detail=tail[0][:300])
+    if proc.returncode < 0:  # a crash (a segfault, an abort) says so; stderr may say nothing
+        return TrialOutcome("error", detail=f"killed by {signal.Signals(-proc.returncode).name}")
     return TrialOutcome("error", detail=tail[0][:300])

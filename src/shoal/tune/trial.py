@@ -4,7 +4,7 @@ This module owns what a trial *is* (`TrialSpec`: model, size, knobs) and how it 
 build the model, apply its library schedule (`shoal.schedule.model_schedule`), run a few warm-up
 and timed training steps (forward, backward, SGD step), and report throughput (from the median
 step time) and peak memory.
-It runs in a fresh interpreter (`python -m shoal.tune.trial '<spec json>'`) so that
+It runs in a fresh interpreter (`python -m shoal.tune '<spec json>'`) so that
 the peak resident set size (`getrusage(RUSAGE_SELF).ru_maxrss`) belongs to this configuration
 alone; it also reports the resident size between steps (after warm-up), so that the difference
 is what a training step adds. With `world_size > 1` it starts that many gloo processes (tensor
@@ -220,14 +220,10 @@ def measure_distributed(spec: TrialSpec) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m shoal.tune.trial '<TrialSpec json>'\n")
+        sys.stderr.write("usage: python -m shoal.tune '<TrialSpec json>'\n")
         return 2
     spec = TrialSpec.from_json(argv[0])
     result = measure(spec) if spec.world_size == 1 else measure_distributed(spec)
     # One marked line so that library chatter on stdout cannot be mistaken for the result.
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

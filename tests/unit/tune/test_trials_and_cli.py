@@ -1,6 +1,8 @@
 """Real subprocess trials and the `shoal tune` command line (tiny models, one step each)."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -175,6 +177,10 @@ def test_cli_seq_len_above_the_model_limit_is_refused_before_any_trial(
         (["--world-size", "0"], "--world-size must be >= 1, got 0"),
         (["--seed", "-1"], "--seed must be in [0, 2**32 - 1], got -1"),  # was numpy's "Seed must"
         (["--seed", str(2**32)], "--seed must be in [0, 2**32 - 1], got 4294967296"),
+        # each trial's torch pool crashed (SIGSEGV), reported as a warning line, then exit 1
+        (["--threads", "100000"], "--threads 100000: at most "),
+        (["--threads", "-1"], "--threads must be >= 0 (0: auto), got -1"),  # was "threads must"
+        (["--seq-len", "1"], "--seq-len must be >= 2, got 1"),  # was "seq_len must"
     ],
 )
 def test_cli_bad_trial_input_is_refused_before_any_trial(extra, needle, capsys, monkeypatch):
@@ -224,6 +230,37 @@ def test_cli_seq_len_at_the_model_limit_runs_its_trials(capsys, monkeypatch):
     argv = ["--batch-sizes", "1", "--ckpt-ratios", "0", "--fusion", "off", "--trials", "1"]
     assert main(["tune", "--memory-cap-mb", "100", "--seq-len", "64", *argv]) == 0
     assert ran == [64] and "best: micro_batch_size=1" in capsys.readouterr().out
+
+
+def test_cli_nothing_fits_says_what_each_trial_ended_as(capsys, monkeypatch):
+    """It said "no configuration fits under 100 MiB" when no trial had run to the end."""
+    ends = iter(["timeout", "error", "timeout"])
+
+    def fake_trial(spec, memory_cap_mb=None, timeout_s=600.0):
+        return TrialOutcome(next(ends))
+
+    monkeypatch.setattr("shoal.tune.run_trial", fake_trial)
+    argv = ["--batch-sizes", "1", "--ckpt-ratios", "0,0.5,1", "--fusion", "off", "--trials", "3"]
+    assert main(["tune", "--memory-cap-mb", "100", *argv]) == 1
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == "no configuration fits under 100 MiB (1 error, 2 timeout)"
+
+
+def test_a_crashed_trial_names_its_signal(tmp_path, monkeypatch):
+    """A trial killed by a signal may write nothing to stderr: its detail was the last line there
+    whatever it was (Python's warning about how the trial module was started)."""
+    crash = tmp_path / "python"
+    crash.write_text("#!/bin/sh\necho 'an unrelated line' >&2\nkill -SEGV $$\n")
+    crash.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(crash))
+    out = run_trial(TrialSpec(model_config=TINY, steps=1), memory_cap_mb=None, timeout_s=60)
+    assert (out.status, out.detail) == ("error", "killed by SIGSEGV")
+
+
+def test_the_trial_entry_point_writes_no_warning():
+    run = subprocess.run([sys.executable, "-m", "shoal.tune"], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert run.stderr == "usage: python -m shoal.tune '<TrialSpec json>'\n"
 
 
 @pytest.mark.parametrize("under", [True, False])
