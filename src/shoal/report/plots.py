@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from shoal.metrics.training import StepLine
 from shoal.report.load import Run
 from shoal.report.plot_style import (
@@ -240,17 +242,19 @@ def render_plots(run: Run, timeline: Timeline, directory: Path) -> dict[str, Pat
     """Write all plots into `directory` (created if needed); return name -> PNG path."""
     directory.mkdir(parents=True, exist_ok=True)
     names = ["loss", "throughput", "share", "timeline"] + (["batch"] if adaptive(run) else [])
-    names += ["link"] if compressed(run) else []
+    names += (["link"] if compressed(run) else []) + (["cost"] if run.leases else [])
     paths = {name: directory / f"{name}.png" for name in names}
-    plot_loss(run, paths["loss"])
-    if "batch" in paths:
-        plot_batch(run, paths["batch"])
-    if "link" in paths:
-        plot_link(run, paths["link"])
-    plot_throughput(run, timeline, paths["throughput"])
-    plot_share(run, paths["share"])
-    plot_timeline(timeline, paths["timeline"])
-    if run.leases:
-        paths["cost"] = directory / "cost.png"
-        plot_cost(run, paths["cost"])
+    # A value near the float limit (a diverged loss of 1e308) overflows the tick arithmetic of
+    # matplotlib's locator, which warns on stderr; the plot is drawn all the same.
+    with np.errstate(over="ignore", invalid="ignore"):
+        plot_loss(run, paths["loss"])
+        if "batch" in paths:
+            plot_batch(run, paths["batch"])
+        if "link" in paths:
+            plot_link(run, paths["link"])
+        plot_throughput(run, timeline, paths["throughput"])
+        plot_share(run, paths["share"])
+        plot_timeline(timeline, paths["timeline"])
+        if "cost" in paths:
+            plot_cost(run, paths["cost"])
     return paths

@@ -1,6 +1,7 @@
 """`shoal report DIR` through the CLI: exit codes and one-line errors."""
 
 import json
+import warnings
 
 import pytest
 
@@ -20,6 +21,22 @@ def test_report_command_writes_page(tmp_path, capsys):
         "timeline.png",
     ]
     assert capsys.readouterr().out.strip() == f"wrote {directory / 'report.html'}"
+
+
+@pytest.mark.parametrize("key", ["loss", "wall_time_s", "samples_per_s"])
+def test_a_value_near_the_float_limit_is_drawn_without_warnings(tmp_path, capsys, key):
+    """matplotlib's tick arithmetic overflowed on it and warned twice on stderr."""
+    directory = write_synthetic_run(tmp_path / "run", num_steps=8)
+    metrics = directory / "metrics.jsonl"
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    last_step = max(i for i, line in enumerate(lines) if line["kind"] == "step")
+    lines[last_step][key] = 1e308
+    metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report", str(directory)]) == 0
+    assert [str(w.message) for w in caught] == []
+    assert (directory / "report" / "loss.png").stat().st_size > 0
 
 
 def _one_line_error(capsys) -> str:
