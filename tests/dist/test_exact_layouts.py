@@ -47,12 +47,15 @@ def test_a_cap_moves_work_but_not_the_digest(single, tmp_path):
     assert all([w["micro_batches"] for w in r["workers"]] == [2, 2] for r in metrics(out))
 
 
-def test_torchrun_gives_the_same_digest(single, tmp_path):
-    """torchrun runs the job file itself, which hands over to shoal through shoal.launch."""
+@pytest.mark.parametrize("front", ["torchrun", "shoal torchrun"])
+def test_torchrun_gives_the_same_digest(single, tmp_path, front):
+    """torchrun runs the job file itself, which hands over to shoal through shoal.launch;
+    `shoal torchrun` runs it as `-m shoal.worker JOB.py` under the same agent."""
+    launcher = ["torch.distributed.run"] if front == "torchrun" else ["shoal", "torchrun"]
     cmd = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        *launcher,
         "--nproc-per-node",
         "2",
         "--master-addr",

@@ -18,7 +18,7 @@ from shoal.cli.flags import HelpFormatter
 from shoal.errors import RunFailed
 
 # Subcommand modules, in the order `shoal --help` lists them.
-COMMANDS = ["run", "demo", "report", "simulate", "tune"]
+COMMANDS = ["run", "torchrun", "demo", "report", "simulate", "tune"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -122,6 +122,7 @@ _TRIAL_FLAGS = {
 def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
     """What every trial shares, refused by its flag: a wrong value would fail each trial, and
     the search would end in "nothing fits" instead of naming the input."""
+    from shoal.launcher.spec import local_worker_limit
     from shoal.models import get_model_entry
 
     try:
@@ -130,12 +131,18 @@ def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> N
         raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
     if not 0 <= args.seed < 2**32:  # the range of the sampler's (numpy's) seed
         raise UserError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
+    if args.threads > local_worker_limit():  # torch's pool fails past a few thousand: a crash
+        cores = len(os.sched_getaffinity(0))
+        raise UserError(
+            f"--threads {args.threads}: at most {local_worker_limit()} threads per process on "
+            f"{cores} CPU cores"
+        )
 
 
 def _tune(args: argparse.Namespace) -> int:
     import optuna
 
-    from shoal.launcher.spec import check_local_processes, local_worker_limit
+    from shoal.launcher.spec import check_local_processes
     from shoal.tune import SearchSpace, TrialSpec, run_trial, tune
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is printed below
@@ -166,12 +173,6 @@ def _tune(args: argparse.Namespace) -> int:
     if not args.timeout_s > 0:  # `not >` also refuses NaN
         raise UserError(f"--timeout-s must be > 0, got {args.timeout_s}")
     check_local_processes("--world-size", args.world_size)  # each trial forks them at once
-    if args.threads > local_worker_limit():  # torch's pool fails past a few thousand: a crash
-        cores = len(os.sched_getaffinity(0))
-        raise UserError(
-            f"--threads {args.threads}: at most {local_worker_limit()} threads per process on "
-            f"{cores} CPU cores"
-        )
     if args.out is not None:  # checked before the trials, not after them
         if args.out.is_dir():
             raise UserError(f"--out {args.out}: is a directory (give a JSON file's path)")

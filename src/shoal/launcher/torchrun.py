@@ -13,6 +13,7 @@ import sys
 
 from shoal.config import EmulationConfig, RunConfig
 from shoal.errors import UserError
+from shoal.runtime.torchrun_front import report_to_agent
 
 
 def parse_config(argv: list[str] | None = None) -> RunConfig:
@@ -59,7 +60,8 @@ def cli(argv: list[str] | None = None) -> int:
 
         return main(config)
     except ValueError as exc:
-        sys.stderr.write(f"shoal: error: {exc}\n")
+        if not report_to_agent(str(exc)):  # under `shoal torchrun` the front says it once
+            sys.stderr.write(f"shoal: error: {exc}\n")
         return 2
 
 

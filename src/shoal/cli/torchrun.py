@@ -1,0 +1,35 @@
+"""`shoal torchrun [TORCHRUN OPTIONS] JOB.py [JOB FLAGS]`: torchrun running shoal workers, with
+shoal's error contract (a refused input is one line and exit code 2, not torchrun's report).
+
+Parsing and dispatch only; the agent is started in `shoal.runtime.torchrun_front`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "torchrun",
+        help="run a job under torchrun's elastic agent (its options, shoal's one-line errors)",
+        description="Exactly `torchrun [OPTIONS] -m shoal.worker JOB.py [FLAGS]`: every option is "
+        "torchrun's (see `shoal torchrun --help`). The job's flags are checked before any worker "
+        "starts; a worker that refuses its input ends the run with its one-line error and exit "
+        "code 2, any other failure with one line naming the first worker that failed (exit 1).",
+        add_help=False,  # --help is torchrun's, below
+        prefix_chars="+",  # every argument, options included, goes to torchrun's parser
+    )
+    p.add_argument("argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_torchrun)
+
+
+def _torchrun(args: argparse.Namespace) -> int:
+    from shoal.launcher.spec import check_local_processes
+    from shoal.launcher.torchrun import parse_config
+    from shoal.runtime.torchrun_front import job_argv, launch, parse
+
+    torchrun_args, local = parse(args.argv)
+    check_local_processes("--nproc-per-node", local)
+    parse_config(job_argv(torchrun_args))  # the workers' own parse: refused before they start
+    return launch(torchrun_args)

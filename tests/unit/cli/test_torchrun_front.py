@@ -1,0 +1,57 @@
+"""`shoal torchrun` refuses what it can check before any worker starts: one line, exit 2."""
+
+import json
+
+import pytest
+
+from shoal.cli import main
+from shoal_testing import DIGITS
+
+
+@pytest.mark.parametrize(
+    "front, job, message",
+    [
+        # the workers each printed it, then torchrun its traceback and report (exit 1)
+        ([], ["--steps", "0"], "--steps must be >= 1, got 0"),
+        # torchrun's AssertionError tracebacks (WorkerSpec, config_from_args)
+        (["--nproc-per-node", "0"], [], "--nproc-per-node must be >= 1, got 0"),
+        (["--nnodes", "3:1"], [], "--nnodes 3:1: expected N or MIN:MAX with 0 < MIN <= MAX"),
+        # a RuntimeError traceback
+        (["--nnodes", "1:2:3"], [], "--nnodes 1:2:3: expected N or MIN:MAX"),
+        (["--nproc-per-node", "1000"], [], "--nproc-per-node 1000: at most "),
+        # torchrun's usage block and message, two lines
+        (["--bogus"], [], "unrecognized arguments: --bogus"),
+        (["-m"], [], "shoal torchrun runs a job file (JOB.py), not -m or --no-python"),
+    ],
+)
+def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, job, message):
+    def no_agent(args):
+        raise AssertionError("the agent started")
+
+    monkeypatch.setattr("torch.distributed.run.run", no_agent)
+    argv = ["torchrun", "--nproc-per-node", "2", *front, DIGITS, "--steps", "3", *job]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"shoal: error: {message}") and err.count("\n") == 1, err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("front", [False, True])
+def test_a_worker_reports_its_error_where_torchrun_reads_it(tmp_path, capsys, monkeypatch, front):
+    """The file is the one torchrun gives each worker; torch's own reader parses it. Under the
+    front the worker leaves stderr to the front, which says it once for every worker."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from shoal.launcher.torchrun import cli
+    from shoal.runtime.torchrun_front import QUIET_ENV
+
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+    if front:
+        monkeypatch.setenv(QUIET_ENV, "1")
+    missing = tmp_path / "missing.py"
+    assert cli([str(missing), "--steps", "3", "--out", str(tmp_path / "run")]) == 2
+    said = f"job file '{missing}' does not exist"
+    assert capsys.readouterr().err == ("" if front else f"shoal: error: {said}\n")
+    failure = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=str(error_file))
+    assert failure.message == said and json.loads(error_file.read_text())["shoal"] is True
