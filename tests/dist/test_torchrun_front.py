@@ -1,12 +1,13 @@
 """`shoal torchrun`: a refused input is one line and exit code 2 where plain torchrun ends with
 its own traceback and report (exit 1), whether the front or the workers refuse it."""
 
+import signal
 import subprocess
 import sys
 
 import pytest
 
-from shoal_testing import free_port
+from shoal_testing import DIGITS, free_port
 
 pytestmark = pytest.mark.dist
 
@@ -50,3 +51,21 @@ def test_plain_torchrun_reports_the_worker_s_line_as_the_root_cause(tmp_path):
     line = f"job file '{tmp_path / 'missing.py'}' does not exist"
     assert f"shoal: error: {line}\n" in proc.stderr
     assert f"traceback : {line}" in proc.stderr
+
+
+def test_sigterm_to_the_front_stops_the_workers_in_one_line(tmp_path):
+    """torchrun's agent raised its SignalException out of the front: a traceback, exit 1."""
+    cmd = [sys.executable, "-m", "shoal", "torchrun", "--nproc-per-node", "2"]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    cmd += [DIGITS, "--steps", "100000", "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:  # until both workers train
+        lines.append(line)
+        if sum("state at step 0" in seen for seen in lines) == 2:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
+    assert rest.splitlines()[-1] == "shoal: stopped by SIGTERM; the agent stopped the workers"
+    assert "Traceback" not in rest

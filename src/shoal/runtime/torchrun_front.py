@@ -15,6 +15,8 @@ import argparse
 import json
 import logging
 import os
+import signal
+import sys
 import time
 
 from shoal.errors import RunFailed, UserError
@@ -77,7 +79,9 @@ def job_argv(args: argparse.Namespace) -> list[str]:
 
 
 def launch(args: argparse.Namespace) -> int:
-    """Run the job under torchrun's agent; return 0 when every worker finished."""
+    """Run the job under torchrun's agent; return 0 when every worker finished, 128 + the
+    signal's number when the agent was told to stop."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import run
 
@@ -95,6 +99,10 @@ def launch(args: argparse.Namespace) -> int:
         why = f"exit code {failure.exitcode}" if failure.exitcode >= 0 else failure.message
         said = f"worker rank {rank} stopped with {why} (its output above says why)"
         raise RunFailed(said) from None
+    except SignalException as exc:  # SIGTERM or SIGINT to the agent: it stopped the workers
+        name = signal.Signals(exc.sigval).name
+        sys.stderr.write(f"shoal: stopped by {name}; the agent stopped the workers\n")
+        return 128 + exc.sigval
     finally:
         os.environ.pop(QUIET_ENV, None)
     return 0
