@@ -39,20 +39,6 @@ def test_a_worker_that_fails_otherwise_is_one_line_naming_it_and_exit_1(tmp_path
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
-def test_plain_torchrun_reports_the_worker_s_line_as_the_root_cause(tmp_path):
-    """Without the front a worker still prints its line, and torchrun's report shows it where
-    it said "To enable traceback see ..." (the worker writes torchrun's error file)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
-    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
-    cmd += ["-m", "shoal.worker", str(tmp_path / "missing.py"), "--steps", "3"]
-    cmd += ["--out", str(tmp_path / "run")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1
-    line = f"job file '{tmp_path / 'missing.py'}' does not exist"
-    assert f"shoal: error: {line}\n" in proc.stderr
-    assert f"traceback : {line}" in proc.stderr
-
-
 def test_sigterm_to_the_front_stops_the_workers_in_one_line(tmp_path):
     """torchrun's agent raised its SignalException out of the front: a traceback, exit 1."""
     cmd = [sys.executable, "-m", "shoal", "torchrun", "--nproc-per-node", "2"]

@@ -38,8 +38,9 @@ def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, 
 
 @pytest.mark.parametrize("front", [False, True])
 def test_a_worker_reports_its_error_where_torchrun_reads_it(tmp_path, capsys, monkeypatch, front):
-    """The file is the one torchrun gives each worker; torch's own reader parses it. Under the
-    front the worker leaves stderr to the front, which says it once for every worker."""
+    """The file is the one torchrun gives each worker; torch's own reader parses it (plain
+    torchrun's report showed "To enable traceback see ..." as the root cause). Under the front
+    the worker leaves stderr to the front, which says it once for every worker."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
     from shoal.launcher.torchrun import cli
