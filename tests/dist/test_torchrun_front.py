@@ -1,9 +1,12 @@
-"""`shoal torchrun`: a refused input is one line and exit code 2 where plain torchrun ends with
-its own traceback and report (exit 1), whether the front or the workers refuse it."""
+"""`shoal torchrun` under torchrun's real agent: what only the workers can refuse is one line and
+exit code 2 where plain torchrun ends with its own traceback and report (exit 1); any other
+failure and a signal are one line too."""
 
+import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -20,18 +23,28 @@ def _front(tmp_path, job, *flags):
 
 
 def test_an_input_only_the_workers_can_refuse_is_one_line_and_exit_2(tmp_path):
-    """The front cannot see that a job file is missing; both workers refuse it. Plain torchrun
-    printed each worker's line, then its ChildFailedError traceback, and exited 1."""
-    proc = _front(tmp_path, tmp_path / "missing.py")
+    """Another run's checkpoints in --out: each worker refuses them (it knows torchrun's run id,
+    the front does not). Plain torchrun printed each worker's line, then its ChildFailedError
+    traceback and report, and exited 1."""
+    manifest = tmp_path / "run" / "checkpoints" / "ckpt-000000003.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"run": "another-run"}))
+    proc = _front(tmp_path, DIGITS)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
-    assert errors == [f"shoal: error: job file '{tmp_path / 'missing.py'}' does not exist"]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    assert errors[0].startswith(f"shoal: error: {manifest.parent} already holds checkpoints")
     assert "Traceback" not in proc.stderr
 
 
 def test_a_worker_that_fails_otherwise_is_one_line_naming_it_and_exit_1(tmp_path):
-    job = tmp_path / "job.py"
-    job.write_text("def make_job(**options):\n    raise SystemExit(3)\n")
+    job = tmp_path / "job.py"  # digits, but a worker (torchrun gave it a RANK) exits with 3
+    job.write_text(
+        f"import os\nimport runpy\n\nDIGITS = runpy.run_path({str(DIGITS)!r})\n\n\n"
+        "def make_job(**options):\n"
+        "    if 'RANK' in os.environ:\n        raise SystemExit(3)\n"
+        "    return DIGITS['make_job'](**options)\n"
+    )
     proc = _front(tmp_path, job)
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.splitlines()[-1]
@@ -39,19 +52,24 @@ def test_a_worker_that_fails_otherwise_is_one_line_naming_it_and_exit_1(tmp_path
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
+@pytest.mark.timeout(180)
 def test_sigterm_to_the_front_stops_the_workers_in_one_line(tmp_path):
     """torchrun's agent raised its SignalException out of the front: a traceback, exit 1."""
     cmd = [sys.executable, "-m", "shoal", "torchrun", "--nproc-per-node", "2"]
     cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
     cmd += [DIGITS, "--steps", "100000", "--out", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in proc.stderr:  # until both workers train
-        lines.append(line)
-        if sum("state at step 0" in seen for seen in lines) == 2:
-            break
-    proc.send_signal(signal.SIGTERM)
-    _, rest = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGTERM, "".join(lines) + rest
-    assert rest.splitlines()[-1] == "shoal: stopped by SIGTERM; the agent stopped the workers"
-    assert "Traceback" not in rest
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    with open(tmp_path / "stderr", "w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:  # until a step is written
+            if metrics.exists() and '"kind": "step"' in metrics.read_text():
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        err.seek(0)
+        said = err.read()
+    assert proc.returncode == 128 + signal.SIGTERM, said[-3000:]
+    assert said.splitlines()[-1] == "shoal: stopped by SIGTERM; the agent stopped the workers"
+    assert "Traceback" not in said

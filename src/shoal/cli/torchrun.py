@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 
+DESCRIPTION = (
+    "Exactly `torchrun [OPTIONS] -m shoal.worker JOB.py [FLAGS]`: every option below is "
+    "torchrun's. The job's flags and file are checked before any worker starts; a worker that "
+    "refuses its input ends the run with its one-line error and exit code 2, any other failure "
+    "with one line naming the first worker that failed (exit 1)."
+)
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "torchrun",
         help="run a job under torchrun's elastic agent (its options, shoal's one-line errors)",
-        description="Exactly `torchrun [OPTIONS] -m shoal.worker JOB.py [FLAGS]`: every option is "
-        "torchrun's (see `shoal torchrun --help`). The job's flags are checked before any worker "
-        "starts; a worker that refuses its input ends the run with its one-line error and exit "
-        "code 2, any other failure with one line naming the first worker that failed (exit 1).",
-        add_help=False,  # --help is torchrun's, below
+        add_help=False,  # --help is torchrun's parser's, with DESCRIPTION
         prefix_chars="+",  # every argument, options included, goes to torchrun's parser
     )
     p.add_argument("argv", nargs=argparse.REMAINDER)
@@ -25,11 +28,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _torchrun(args: argparse.Namespace) -> int:
-    from shoal.launcher.spec import check_local_processes
+    from shoal.launcher.spec import check_local_processes, check_storage, load_job
     from shoal.launcher.torchrun import parse_config
     from shoal.runtime.torchrun_front import job_argv, launch, parse
 
-    torchrun_args, local = parse(args.argv)
+    torchrun_args, local = parse(args.argv, DESCRIPTION)
     check_local_processes("--nproc-per-node", local)
-    parse_config(job_argv(torchrun_args))  # the workers' own parse: refused before they start
+    # what `shoal run` checks before any worker starts, each worker would refuse too (the agent
+    # restarting them --max-restarts times first): the flags, the job file, the storage
+    config = parse_config(job_argv(torchrun_args))
+    load_job(config)
+    check_storage(config.checkpoint.dir)
     return launch(torchrun_args)

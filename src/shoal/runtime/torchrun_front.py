@@ -42,7 +42,7 @@ def report_to_agent(message: str) -> bool:
     return os.environ.get(QUIET_ENV) == "1"
 
 
-def parse(argv: list[str]) -> tuple[argparse.Namespace, int]:
+def parse(argv: list[str], description: str) -> tuple[argparse.Namespace, int]:
     """torchrun's own options and the job (`[TORCHRUN OPTIONS] JOB.py [JOB FLAGS]`), and how
     many workers each node starts. Sizes torchrun would only assert on are refused in one line."""
     from torch.distributed.run import (
@@ -52,7 +52,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, int]:
     )
 
     parser = get_args_parser()
-    parser.prog = "shoal torchrun"
+    parser.prog, parser.description = "shoal torchrun", description
 
     def refuse(message: str) -> None:  # argparse's usage block and message: one line instead
         raise UserError(message)

@@ -22,6 +22,8 @@ from shoal_testing import DIGITS
         # torchrun's usage block and message, two lines
         (["--bogus"], [], "unrecognized arguments: --bogus"),
         (["-m"], [], "shoal torchrun runs a job file (JOB.py), not -m or --no-python"),
+        # each worker refused it, and the agent restarted them --max-restarts times first
+        (["--max-restarts", "2"], ["-o", "nope=1"], "make_job does not take option(s): nope"),
     ],
 )
 def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, job, message):
@@ -34,6 +36,16 @@ def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, 
     err = capsys.readouterr().err
     assert err.startswith(f"shoal: error: {message}") and err.count("\n") == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_job_file_is_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch):
+    def no_agent(args):
+        raise AssertionError("the agent started")
+
+    monkeypatch.setattr("torch.distributed.run.run", no_agent)
+    missing = tmp_path / "missing.py"
+    assert main(["torchrun", str(missing), "--steps", "3", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err == f"shoal: error: job file '{missing}' does not exist\n"
 
 
 @pytest.mark.parametrize("front", [False, True])
