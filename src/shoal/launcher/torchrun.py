@@ -34,12 +34,14 @@ def parse_config(argv: list[str] | None = None) -> RunConfig:
 
 
 def check_fresh_start(config: RunConfig) -> None:
-    """A torchrun job's first life refuses a directory holding another run's checkpoints (it
-    would restart from step 0 and overwrite them), as `shoal run` does; --resume continues it.
-    Runs are told apart by torchrun's --rdzv-id, which the checkpoints record."""
+    """A torchrun job refuses a directory holding another run's checkpoints (it would restart
+    from step 0 and overwrite them), as `shoal run` does; --resume continues it. Runs are told
+    apart by torchrun's --rdzv-id, which the checkpoints record. So does each of the agent's
+    restarts: a first life that refused them wrote none of its own, and its restart would
+    otherwise have resumed the other run's."""
     from shoal.runtime.checkpoint import foreign_checkpoints
 
-    if config.resume or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0:
+    if config.resume:
         return
     url = config.checkpoint.dir or os.path.join(config.out, "checkpoints")
     found = foreign_checkpoints(url, os.environ.get("TORCHELASTIC_RUN_ID"))

@@ -277,7 +277,11 @@ def test_torchrun_refuses_another_runs_checkpoints(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="already holds checkpoints of another run"):
         check_fresh_start(config(tmp_path, resume=False))
     check_fresh_start(config(tmp_path, resume=True))
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restart continues its own run
+    # the agent's restart of a first life that refused them (--max-restarts) resumed them
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    with pytest.raises(UserError, match="already holds checkpoints of another run"):
+        check_fresh_start(config(tmp_path, resume=False))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")  # a restart continues its own run
     check_fresh_start(config(tmp_path, resume=False))
 
 
