@@ -28,15 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _torchrun(args: argparse.Namespace) -> int:
-    from shoal.launcher.spec import check_local_processes, check_storage, load_job
+    from shoal.launcher.spec import check_job, check_local_processes
     from shoal.launcher.torchrun import parse_config
     from shoal.runtime.torchrun_front import job_argv, launch, parse
 
     torchrun_args, local = parse(args.argv, DESCRIPTION)
     check_local_processes("--nproc-per-node", local)
     # what `shoal run` checks before any worker starts, each worker would refuse too (the agent
-    # restarting them --max-restarts times first): the flags, the job file, the storage
-    config = parse_config(job_argv(torchrun_args))
-    load_job(config)
-    check_storage(config.checkpoint.dir)
+    # restarting them --max-restarts times first)
+    check_job(parse_config(job_argv(torchrun_args)))
     return launch(torchrun_args)

@@ -97,16 +97,13 @@ def check_run(spec: RunSpec) -> Speeds:
     if not spec.kinds:
         raise UserError("--workers names no worker")
     check_process_count(spec)
-    job = load_job(config)
-    check_batch(config.batch, job, config.consistency)
-    check_slow_link(config, job)
+    job = check_job(config)
     if config.max_micro_batches is not None:  # the planner's own check, before any worker starts
         try:
             caps = [config.max_micro_batches] * len(spec.kinds)
             plan_micro_batches(job.num_micro_batches, [1.0] * len(spec.kinds), caps)
         except UserError as exc:
             raise UserError(f"--max-micro-batches {config.max_micro_batches}: {exc}") from None
-    check_storage(config.checkpoint.dir)
     if config.resume and not config.checkpoint.dir and not pathlib.Path(config.out).is_dir():
         raise UserError(f"--resume {config.out}: no such run directory")  # not created empty
     out = prepare_out_dir(config.out)
@@ -127,6 +124,17 @@ def check_run(spec: RunSpec) -> Speeds:
     return Speeds(
         {k: fastest / s for k, s in speed.items()}, {k: 1.0 / s for k, s in speed.items()}
     )
+
+
+def check_job(config: RunConfig):
+    """The job built as a worker builds it, and the flags only the job can judge (its batch
+    policy, the slow links), and the checkpoint storage: refused before any worker starts, by
+    `shoal run` and `shoal torchrun` alike. Returns the job."""
+    job = load_job(config)
+    check_batch(config.batch, job, config.consistency)
+    check_slow_link(config, job)
+    check_storage(config.checkpoint.dir)
+    return job
 
 
 def check_slow_link(config: RunConfig, job) -> None:

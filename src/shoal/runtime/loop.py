@@ -48,6 +48,7 @@ from shoal.runtime.local_update import LocalUpdate
 from shoal.runtime.membership import Group, Membership, PeerFailure, collective, connect
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.state import state_sha256, training_state
+from shoal.runtime.torchrun_front import under_front
 from shoal.runtime.trainer import StepRecord, Trainer
 from shoal.runtime.transfer import sync_state
 
@@ -154,7 +155,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     """Build the job and the model, then announce this worker to its membership."""
     options = parse_options(list(config.options))
     job = build_job(load_job_file(config.job), options, config.seed)
-    if RunConfig.from_env() is None:  # torchrun's: no launcher checked the flags with the job
+    if RunConfig.from_env() is None and not under_front():  # plain torchrun: no launcher
+        # checked the flags with the job
         check_batch(config.batch, job, config.consistency, warn=os.environ.get("RANK", "0") == "0")
     out = outputs.prepare_out_dir(config.out)
     trainer = Trainer(

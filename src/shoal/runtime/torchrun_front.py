@@ -27,6 +27,12 @@ QUIET_ENV = "SHOAL_TORCHRUN_FRONT"
 BAD_INPUT = 2
 
 
+def under_front() -> bool:
+    """Whether this worker was started by `shoal torchrun`, which checked its flags with the
+    job before starting it and tells its errors."""
+    return os.environ.get(QUIET_ENV) == "1"
+
+
 def report_to_agent(message: str) -> bool:
     """Write `message` where torchrun's agent reads a worker's failure (its error file, in the
     format its `ProcessFailure` parses). Returns whether the worker runs under the front, which
@@ -39,7 +45,7 @@ def report_to_agent(message: str) -> bool:
             json.dump({"message": message, "timestamp": int(time.time()), "shoal": True}, fh)
     except OSError:
         return False  # the agent's folder is gone: stderr is the only place left
-    return os.environ.get(QUIET_ENV) == "1"
+    return under_front()
 
 
 def parse(argv: list[str], description: str) -> tuple[argparse.Namespace, int]:

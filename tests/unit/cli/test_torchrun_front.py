@@ -24,6 +24,8 @@ from shoal_testing import DIGITS
         (["-m"], [], "shoal torchrun runs a job file (JOB.py), not -m or --no-python"),
         # each worker refused it, and the agent restarted them --max-restarts times first
         (["--max-restarts", "2"], ["-o", "nope=1"], "make_job does not take option(s): nope"),
+        # what only the built job can judge: each worker refused it (shoal run's check_job)
+        ([], ["--batch-policy", "pollux", "--local-steps", "4"], "--batch-policy pollux is adapt"),
     ],
 )
 def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, job, message):
