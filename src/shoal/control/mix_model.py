@@ -15,7 +15,9 @@ them are `control.scaler`'s). The prediction of the rest of the run:
   r_k x loss_k, the time lost is the fraction lam of the time spent, so the remaining time is
   compute / (1 - lam) (a mix with lam >= 1 never finishes);
 - the move from `held` to the mix, make-before-break as both drivers execute it (`_move`):
-  joins and leaves are each one membership change of change_cost_s; while the mix's servers
+  membership changes of change_cost_s each, as the drivers make them (the servers that join
+  together one, the members that leave together another, a swap at the bound two); while the
+  mix's servers
   still boot (a join's whole start-up, a held server's `boot_left_s`) the ready servers train
   on, the surplus among them included, and every one of them is billed, as are the booting
   ones; at `max_servers` the rest of a change of kind goes one server a boot; training on the
@@ -201,21 +203,19 @@ class MixModel:
         if found is not None:
             return found
         step_s, compute, fracs = self.per_gpus(self.gpus_of(counts))
-        lam, joins, leaves = 0.0, False, False
-        for i, (n, h) in enumerate(zip(counts, self.held, strict=True)):
-            joins, leaves = joins or n > h, leaves or n < h
+        lam = 0.0
+        for i, n in enumerate(counts):
             if n and self.rate[i]:
                 lost_step = _in_flight_loss(step_s, self.notice[i])
                 loss = (
                     2 * self.inp.change_cost_s + lost_step + self.startup_s * fracs[self.kind_of[i]]
                 )
                 lam += n * self.rate[i] * loss
-        boot_s, boot_usd, done = self._boot_phase(counts)
-        changes = self.inp.change_cost_s * (joins + leaves)
+        boot_s, boot_usd, done, paused = self._boot_phase(counts)
         if done >= 1:  # the servers training during the move finish the run
             remaining, cost = boot_s, self.inp.spent_usd + boot_usd
         elif lam < 1:
-            after = compute * (1 - done) / (1 - lam) + changes
+            after = compute * (1 - done) / (1 - lam) + paused
             remaining = boot_s + after
             cost = self.inp.spent_usd + boot_usd + self._per_hour(counts) * after / 3600.0
         else:
@@ -223,23 +223,29 @@ class MixModel:
         self._done[counts] = found = (self.inp.now_s + remaining, cost, step_s)
         return found
 
-    def _boot_phase(self, counts: tuple[int, ...]) -> tuple[float, float, float]:
-        """(seconds, USD, fraction of the remaining work done) until the drivers have moved to
-        the mix `counts`, make-before-break as they execute it (`_move`), or until the servers
-        training meanwhile finish the run (then the fraction is 1); (inf, inf, 0) when the
-        drivers cannot reach the mix (at `max_servers` the last member is never released)."""
+    def _boot_phase(self, counts: tuple[int, ...]) -> tuple[float, float, float, float]:
+        """(seconds, USD, fraction of the remaining work done, seconds of membership changes
+        still to pause the mix) until the drivers have moved to the mix `counts`,
+        make-before-break as they execute it (`_move`), or until the servers training meanwhile
+        finish the run (then the fraction is 1); (inf, inf, 0, 0) when the drivers cannot reach
+        the mix (at `max_servers` the last member is never released). A change pauses whoever
+        trains when it happens: a swap's leave its boot, the last join the mix."""
         move = self._move(counts)
         if move is None:
-            return math.inf, math.inf, 0.0
-        seconds = usd = done = 0.0
-        for wait, rate, per_hour in move:
-            if done + wait * rate >= 1:  # the members finish before the boot ends
-                need = (1 - done) / rate
-                return seconds + need, usd + per_hour * need / 3600.0, 1.0
-            seconds, usd, done = seconds + wait, usd + per_hour * wait / 3600.0, done + wait * rate
-        return seconds, usd, done
+            return math.inf, math.inf, 0.0, 0.0
+        boots, changes_at_end = move
+        seconds = usd = done = paused = 0.0  # paused: change seconds not yet waited
+        for wait, rate, per_hour, changes in boots:
+            paused += changes * self.inp.change_cost_s
+            train = max(0.0, wait - paused)
+            if done + train * rate >= 1:  # the members finish before the boot ends
+                need = wait - train + (1 - done) / rate
+                return seconds + need, usd + per_hour * need / 3600.0, 1.0, 0.0
+            paused = max(0.0, paused - wait)
+            seconds, usd, done = seconds + wait, usd + per_hour * wait / 3600.0, done + train * rate
+        return seconds, usd, done, paused + changes_at_end * self.inp.change_cost_s
 
-    def _move(self, counts: tuple[int, ...]) -> list[tuple[float, float, float]] | None:
+    def _move(self, counts: tuple[int, ...]) -> tuple[list[tuple], int] | None:
         """The boots of a move from the held servers to `counts`, as both drivers execute it
         (`sim.replay`'s `fill` and `shrink`, `launcher.autoscale`'s `_fill` and `_shrink`):
         surplus servers still booting are released at once and the missing ones requested, in
@@ -247,8 +253,12 @@ class MixModel:
         at a time, each followed by a request: at the bound a change of kind goes one server a
         boot. The last member is never released (None: the mix is out of reach). Per boot:
         (seconds, the fraction of the remaining work its members do per second, USD per hour
-        of the servers held meanwhile). The first boot lasts the last server's start-up (a
-        join's `startup_s`, a kept booting server's `boot_left_s`), the others `startup_s`."""
+        of the servers held meanwhile, membership changes at its start). The first boot lasts
+        the last server's start-up (a join's `startup_s`, a kept booting server's
+        `boot_left_s`), the others `startup_s`. With them, the changes once the last server has
+        joined. The changes, as the drivers make them: the first boot's joins (one), a swap's
+        leave and its server's join (one each), the surplus members that leave together once
+        the last has joined (one)."""
         ready = list(self.ready)
         booting = [  # the held servers booting that the mix keeps (surplus ones go first)
             min(h - r, max(0, n - r)) for n, h, r in zip(counts, self.held, self.ready, strict=True)
@@ -257,7 +267,7 @@ class MixModel:
         if self._request(counts, ready, booting):
             wait = max(wait, self.startup_s)
         members = [r + b for r, b in zip(ready, booting, strict=True)]  # once these have booted
-        boots = [(wait, self._rate(ready), self._per_hour(members))] if wait > 0 else []
+        boots = [(wait, self._rate(ready), self._per_hour(members), 0)] if wait > 0 else []
         leave = [
             i for i, (m, n) in enumerate(zip(members, counts, strict=True)) for _ in range(m - n)
         ]
@@ -266,7 +276,11 @@ class MixModel:
         ]
         if join and sum(members) <= 1:
             return None
-        return boots + self._swaps(members, leave, join)
+        joined = int(any(booting))  # the last boot's joins: a change when it ends
+        for t, (seconds, rate, per_hour) in enumerate(self._swaps(members, leave, join)):
+            boots.append((seconds, rate, per_hour, (joined if t == 0 else 1) + 1))
+            joined = 1
+        return boots, joined + int(len(leave) > len(join))
 
     def _swaps(self, members: list[int], leave: list[int], join: list[int]) -> list[tuple]:
         """The boots of the swaps at the bound: in the t-th, the member of key `leave[t]` has

@@ -7,7 +7,9 @@ SAME step-time model as the live run.
 The event loop, in emulated seconds: training advances continuously at 1 / step_s steps per
 second on the joined servers (step_s from `step_time_model` at the current batch), and not at
 all while a membership change is under way. A change (a join after the server's start-up, a
-leave, a revocation) pauses training for change_cost_s; changes at the same instant are one. A
+leave, a revocation) pauses training for change_cost_s; joins at one instant are one change,
+as are leaves, but a join and the leaves it lets go are two (live, the group re-forms with the
+newcomers, then the leavers go at a step boundary). A
 revocation with notice takes the server out at the notice, losing nothing else; without notice
 the in-flight (partial) step is lost too; so it is with a notice shorter than the rest of the
 step, and the survivors also lose the time to the revocation (they compute the doomed step
@@ -27,7 +29,7 @@ missing servers are requested at once (within max_servers; a noticed server does
 surplus ones still booting released at once, and surplus members (newest first) leave once none
 of the staying servers boots, never the last member: until then they are held, billed, train.
 Live, one is asked to leave per poll (0.05 wall s) and goes at its next step boundary, so they
-meet at one boundary; here all go at the last join, one change (the replay trains continuously).
+meet at one boundary; here all go at the last join, one change after the join's.
 A leave is followed by a fill: a swap at max_servers goes one server at a time.
 """
 
@@ -73,7 +75,7 @@ class _Run:
         self.servers: dict[str, _Server] = {}  # held or leaving until revoked
         self.heap: list[tuple[float, int, str, str]] = []
         self.t = self.progress = self.busy_until = 0.0
-        self.last_change_t = -1.0
+        self.last_change: tuple[float, str] = (-1.0, "")  # when, and "join" or "leave"
         self.ckpt_step = 0
         self.revocations = self.changes = self.seq = 0
         self.lost = 0.0
@@ -106,12 +108,13 @@ class _Run:
         )
         return self.ledger.total_usd + open_usd
 
-    def change(self) -> None:
-        """One membership change: training pauses change_cost_s (same-instant changes: one)."""
-        if self.t != self.last_change_t:
+    def change(self, what: str) -> None:
+        """One membership change, a "join" or a "leave": training pauses change_cost_s (one
+        for what joins, or leaves, at one instant)."""
+        if (self.t, what) != self.last_change:
             self.busy_until = max(self.busy_until, self.t) + self.sc.change_cost_s
             self.changes += 1
-            self.last_change_t = self.t
+            self.last_change = (self.t, what)
 
     # -- the mix -------------------------------------------------------------------------------
     def acquire(self, kind: str, tier: str, ready_now: bool = False) -> bool:
@@ -146,7 +149,7 @@ class _Run:
         self.provider.release(server, self.t)
         self.log("close", server=server, cause="released")
         if s.joined:
-            self.change()
+            self.change("leave")
 
     def apply(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Move from the held mix to the target `counts`, make-before-break (see above)."""
@@ -233,7 +236,7 @@ class _Run:
             return  # released or revoked while it booted
         s.joined = True
         self.log("join", server=server)
-        self.change()
+        self.change("join")
         self.shrink()  # the last of the target to boot: the surplus members leave now
 
     def rollback(self, to_step: int) -> None:
@@ -261,7 +264,7 @@ class _Run:
                 self.rollback(math.floor(self.progress))
                 # and with a notice the survivors compute it until the server is killed
                 self.busy_until = max(self.busy_until, self.t + (s.lease.notice_s or 0.0))
-            self.change()
+            self.change("leave")
             if not self.members():
                 if s.lease.notice_s is not None:  # the last worker checkpoints as it leaves
                     self.ckpt_step = max(self.ckpt_step, math.floor(self.progress))

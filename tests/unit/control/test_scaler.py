@@ -111,12 +111,13 @@ def predict(inp, counts, max_servers=2):
 
 
 def test_a_held_server_still_booting_is_not_counted_ready():
-    """A held K80 that boots 40 s more trains only after them (it was counted ready at once)."""
+    """A held K80 that boots 40 s more trains only after them and its join (5 s; it was
+    counted ready at once)."""
     held = {("k80", "on_demand"): 1}
     inp = make_input([offer("k80", "on_demand")], held=held)
     assert predict(inp, (1,)) == pytest.approx((3600.0, 0.723))
     booting = make_input([offer("k80", "on_demand")], held=held, booting=held, boot_left_s=40.0)
-    assert predict(booting, (1,)) == pytest.approx((3640.0, 0.723 * 3640 / 3600))
+    assert predict(booting, (1,)) == pytest.approx((3645.0, 0.723 * 3645 / 3600))
 
 
 def test_a_change_of_kind_trains_on_the_held_servers_while_the_new_ones_boot():
