@@ -16,12 +16,12 @@ them are `control.scaler`'s). The prediction of the rest of the run:
   compute / (1 - lam) (a mix with lam >= 1 never finishes);
 - the move from `held` to the mix, make-before-break as both drivers execute it (`_move`):
   membership changes of change_cost_s each, as the drivers make them (the servers that join
-  together one, the members that leave together another, a swap at the bound two); while the
-  mix's servers
-  still boot (a join's whole start-up, a held server's `boot_left_s`) the ready servers train
-  on, the surplus among them included, and every one of them is billed, as are the booting
-  ones; at `max_servers` the rest of a change of kind goes one server a boot; training on the
-  mix starts when the last has joined, and a mix the drivers cannot reach is never chosen;
+  together one, the members that leave together another, a swap at the bound two), each
+  pausing whoever trains then; while the mix's servers still boot (a join's whole start-up, a
+  held server's `boot_left_s`) the ready servers train on, the surplus among them included,
+  and every one of them is billed, as are the booting ones; at `max_servers` the rest of a
+  change of kind goes one server a boot; training on the mix starts when the last has joined,
+  and a mix the drivers cannot reach is never chosen;
 - cost: what was spent plus each phase's servers' price per hour over its predicted length.
 """
 

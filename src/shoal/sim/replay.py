@@ -26,11 +26,10 @@ per second from request to release or revocation, one account per kind.
 
 A target mix is executed make-before-break, as live (`_fill`, `_shrink` in `autoscale.py`):
 missing servers are requested at once (within max_servers; a noticed server does not count),
-surplus ones still booting released at once, and surplus members (newest first) leave once none
-of the staying servers boots, never the last member: until then they are held, billed, train.
-Live, one is asked to leave per poll (0.05 wall s) and goes at its next step boundary, so they
-meet at one boundary; here all go at the last join, one change after the join's.
-A leave is followed by a fill: a swap at max_servers goes one server at a time.
+surplus ones still booting released at once, and surplus members (newest first) leave, at one
+step boundary live and here at the last join, once none of the staying servers boots, never
+the last member: until then they are held, billed, train. A leave is followed by a fill: a
+swap at max_servers goes one server at a time.
 """
 
 from __future__ import annotations
@@ -303,12 +302,12 @@ class _Run:
             if self.short:  # the revoked server held quota a refused request was waiting for
                 self.decide("capacity")
 
-    def on_checkpoint(self) -> None:
+    def on_checkpoint(self, _: str = "") -> None:
         if self.members():
             self.ckpt_step = math.floor(self.progress)
         self.push(self.t + self.sc.checkpoint_every_s, "checkpoint")
 
-    def on_tick(self) -> None:
+    def on_tick(self, _: str = "") -> None:
         self.decide("interval")
         self.push(self.t + self.sc.scale_every_s, "tick")
 
@@ -345,6 +344,7 @@ class _Run:
         self.push(self.sc.checkpoint_every_s, "checkpoint")
         horizon = max(HORIZON_S, 10 * self.sc.goal.get("deadline_s", 0.0))
         handlers = {"ready": self.on_ready, "leave": self.on_leave, "revoke": self.on_revoke}
+        handlers |= {"tick": self.on_tick, "checkpoint": self.on_checkpoint}
         for _ in range(MAX_EVENTS):
             t_b, boundary, step_s = self.next_boundary()
             if t_b <= self.heap[0][0]:
@@ -358,12 +358,7 @@ class _Run:
             if t > horizon:
                 break
             self.advance(t, step_s, boundary)
-            if what == "tick":
-                self.on_tick()
-            elif what == "checkpoint":
-                self.on_checkpoint()
-            else:
-                handlers[what](server)
+            handlers[what](server)
         else:  # the loop guard, long before the horizon (it said "does not finish in 30 days")
             raise UserError(
                 f"scenario: {MAX_EVENTS:,} events in {self.t:.3g} s of emulated time, at step "
