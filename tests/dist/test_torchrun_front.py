@@ -23,17 +23,18 @@ def _front(tmp_path, job, *flags):
 
 
 def test_an_input_only_the_workers_can_refuse_is_one_line_and_exit_2(tmp_path):
-    """Another run's checkpoints in --out: each worker refuses them (it knows torchrun's run id,
-    the front does not). Plain torchrun printed each worker's line, then its ChildFailedError
-    traceback and report, and exited 1."""
+    """--resume onto another job's checkpoint: each worker refuses it as it loads it (the front
+    does not read checkpoints). Plain torchrun printed each worker's line, then its
+    ChildFailedError traceback and report, and exited 1."""
     manifest = tmp_path / "run" / "checkpoints" / "ckpt-000000003.json"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"run": "another-run"}))
-    proc = _front(tmp_path, DIGITS)
+    manifest.write_text(json.dumps({"step": 3, "fingerprint": "0123456789abcdef"}))
+    manifest.with_suffix(".pt").write_bytes(b"another job's state")
+    proc = _front(tmp_path, DIGITS, "--resume")
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, proc.stderr[-3000:]
-    assert errors[0].startswith(f"shoal: error: {manifest.parent} already holds checkpoints")
+    assert errors[0].startswith(f"shoal: error: checkpoint {manifest} belongs to a different job")
     assert "Traceback" not in proc.stderr
 
 

@@ -29,12 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _torchrun(args: argparse.Namespace) -> int:
     from shoal.launcher.spec import check_job, check_local_processes
-    from shoal.launcher.torchrun import parse_config
-    from shoal.runtime.torchrun_front import job_argv, launch, parse
+    from shoal.launcher.torchrun import check_fresh_start, parse_config
+    from shoal.runtime.torchrun_front import agent_run_id, job_argv, launch, parse
 
-    torchrun_args, local = parse(args.argv, DESCRIPTION)
+    torchrun_args, local, max_nodes = parse(args.argv, DESCRIPTION)
     check_local_processes("--nproc-per-node", local)
     # what `shoal run` checks before any worker starts, each worker would refuse too (the agent
     # restarting them --max-restarts times first)
-    check_job(parse_config(job_argv(torchrun_args)))
+    config = parse_config(job_argv(torchrun_args))
+    check_job(config)
+    check_fresh_start(config, agent_run_id(torchrun_args, max_nodes))
     return launch(torchrun_args)

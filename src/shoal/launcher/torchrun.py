@@ -33,18 +33,20 @@ def parse_config(argv: list[str] | None = None) -> RunConfig:
     return config
 
 
-def check_fresh_start(config: RunConfig) -> None:
+def check_fresh_start(config: RunConfig, run_id: str | None) -> None:
     """A torchrun job refuses a directory holding another run's checkpoints (it would restart
     from step 0 and overwrite them), as `shoal run` does; --resume continues it. Runs are told
-    apart by torchrun's --rdzv-id, which the checkpoints record. So does each of the agent's
-    restarts: a first life that refused them wrote none of its own, and its restart would
-    otherwise have resumed the other run's."""
+    apart by torchrun's job id `run_id` (its --rdzv-id; None: one no checkpoint can hold),
+    which the checkpoints record. `shoal torchrun` checks before the agent starts; each worker
+    checks too, each of the agent's restarts included (under plain torchrun a first life that
+    refused them wrote none of its own, and its restart would otherwise have resumed the other
+    run's)."""
     from shoal.runtime.checkpoint import foreign_checkpoints
 
     if config.resume:
         return
     url = config.checkpoint.dir or os.path.join(config.out, "checkpoints")
-    found = foreign_checkpoints(url, os.environ.get("TORCHELASTIC_RUN_ID"))
+    found = foreign_checkpoints(url, run_id)
     if found:
         raise UserError(
             f"{url} already holds checkpoints of another run ({len(found)} found): pass "
@@ -57,7 +59,7 @@ def cli(argv: list[str] | None = None) -> int:
     try:
         config = parse_config(argv)
         if RunConfig.from_env() is None:  # started by torchrun, not by `shoal run`
-            check_fresh_start(config)
+            check_fresh_start(config, os.environ.get("TORCHELASTIC_RUN_ID"))
         from shoal.runtime.loop import main
 
         return main(config)

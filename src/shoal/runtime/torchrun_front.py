@@ -48,9 +48,10 @@ def report_to_agent(message: str) -> bool:
     return under_front()
 
 
-def parse(argv: list[str], description: str) -> tuple[argparse.Namespace, int]:
-    """torchrun's own options and the job (`[TORCHRUN OPTIONS] JOB.py [JOB FLAGS]`), and how
-    many workers each node starts. Sizes torchrun would only assert on are refused in one line."""
+def parse(argv: list[str], description: str) -> tuple[argparse.Namespace, int, int]:
+    """torchrun's own options and the job (`[TORCHRUN OPTIONS] JOB.py [JOB FLAGS]`), how many
+    workers each node starts and the most nodes. Sizes torchrun would only assert on are refused
+    in one line."""
     from torch.distributed.run import (
         determine_local_world_size,
         get_args_parser,
@@ -76,7 +77,20 @@ def parse(argv: list[str], description: str) -> tuple[argparse.Namespace, int]:
     local = determine_local_world_size(args.nproc_per_node)  # its ValueError names the value
     if local < 1:
         raise UserError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
-    return args, local
+    return args, local, high
+
+
+def agent_run_id(args: argparse.Namespace, max_nodes: int) -> str | None:
+    """The job id torchrun's agent will give the workers (their TORCHELASTIC_RUN_ID): its
+    --rdzv-id, or None where torchrun makes up a fresh one (torch 2.13's `run`: --standalone,
+    and a static rendezvous on one node with neither --rdzv-endpoint nor --master-port), which
+    no earlier checkpoint can hold."""
+    if args.standalone:
+        return None
+    static = args.rdzv_backend == "static" and not args.rdzv_endpoint
+    if static and args.master_port is None and max_nodes == 1:
+        return None
+    return args.rdzv_id
 
 
 def job_argv(args: argparse.Namespace) -> list[str]:

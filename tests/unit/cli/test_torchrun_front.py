@@ -50,6 +50,41 @@ def test_a_missing_job_file_is_refused_before_any_worker_starts(tmp_path, capsys
     assert capsys.readouterr().err == f"shoal: error: job file '{missing}' does not exist\n"
 
 
+@pytest.mark.parametrize(
+    "front, run_id",
+    [
+        ([], None),  # one node, static, no --master-port: torchrun makes up a fresh id
+        (["--standalone"], None),
+        (["--master-port", "29500"], "none"),  # static on a given port: --rdzv-id's default
+        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "job-a"], "job-a"),
+        (["--nnodes", "1:2", "--rdzv-id", "job-a"], "job-a"),
+    ],
+)
+def test_another_runs_checkpoints_are_refused_before_any_worker_starts(
+    tmp_path, capsys, monkeypatch, front, run_id
+):
+    """The front knows the job id the agent will give the workers (each of them refused the
+    checkpoints, after each of the agent's --max-restarts): another run's are refused once;
+    the job's own (a node that joins late, a second agent of the same --rdzv-id) are not."""
+    from shoal.runtime.torchrun_front import agent_run_id, parse
+
+    args, _, max_nodes = parse([*front, DIGITS], "")
+    assert agent_run_id(args, max_nodes) == run_id
+    started = []
+    monkeypatch.setattr("torch.distributed.run.run", started.append)
+    out = tmp_path / "run"
+    manifest = out / "checkpoints" / "ckpt-000000003.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"run": "another-run"}))
+    argv = ["torchrun", "--nproc-per-node", "2", "--max-restarts", "3", *front, DIGITS]
+    assert main([*argv, "--steps", "3", "--out", str(out)]) == 2
+    said = f"shoal: error: {manifest.parent} already holds checkpoints of another run"
+    assert capsys.readouterr().err.startswith(said) and not started
+    if run_id is not None:  # the job's own: the agent starts
+        manifest.write_text(json.dumps({"run": run_id}))
+        assert main([*argv, "--steps", "3", "--out", str(out)]) == 0 and len(started) == 1
+
+
 @pytest.mark.parametrize("front", [False, True])
 def test_a_worker_reports_its_error_where_torchrun_reads_it(tmp_path, capsys, monkeypatch, front):
     """The file is the one torchrun gives each worker; torch's own reader parses it (plain

@@ -272,17 +272,13 @@ def test_resume_hint_is_a_shoal_run_command_that_parses_back(tmp_path):
 def test_torchrun_refuses_another_runs_checkpoints(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")
     checkpoint(tmp_path, 3)  # written by job-a
-    check_fresh_start(config(tmp_path, resume=False))  # its own (a late joiner): fine
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-b")
+    # its own: a late joiner, the agent's restart of a life that wrote it
+    check_fresh_start(config(tmp_path, resume=False), "job-a")
     with pytest.raises(UserError, match="already holds checkpoints of another run"):
-        check_fresh_start(config(tmp_path, resume=False))
-    check_fresh_start(config(tmp_path, resume=True))
-    # the agent's restart of a first life that refused them (--max-restarts) resumed them
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+        check_fresh_start(config(tmp_path, resume=False), "job-b")
     with pytest.raises(UserError, match="already holds checkpoints of another run"):
-        check_fresh_start(config(tmp_path, resume=False))
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job-a")  # a restart continues its own run
-    check_fresh_start(config(tmp_path, resume=False))
+        check_fresh_start(config(tmp_path, resume=False), None)  # an id torchrun makes up
+    check_fresh_start(config(tmp_path, resume=True), "job-b")
 
 
 def test_cli_resume_with_only_corrupt_checkpoints_is_one_line_and_exit_2(tmp_path):
