@@ -1,6 +1,7 @@
 """`shoal torchrun` refuses what it can check before any worker starts: one line, exit 2."""
 
 import json
+import uuid
 
 import pytest
 
@@ -50,26 +51,48 @@ def test_a_missing_job_file_is_refused_before_any_worker_starts(tmp_path, capsys
     assert capsys.readouterr().err == f"shoal: error: job file '{missing}' does not exist\n"
 
 
-@pytest.mark.parametrize(
-    "front, run_id",
-    [
-        ([], None),  # one node, static, no --master-port: torchrun makes up a fresh id
-        (["--standalone"], None),
-        (["--master-port", "29500"], "none"),  # static on a given port: --rdzv-id's default
-        (["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "job-a"], "job-a"),
-        (["--nnodes", "1:2", "--rdzv-id", "job-a"], "job-a"),
-    ],
-)
+RUN_IDS = [
+    ([], None),  # one node, static, no --master-port: torchrun makes up a fresh id
+    (["--standalone"], None),
+    (["--master-port", "29500"], "none"),  # static on a given port: --rdzv-id's default
+    (["--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "--rdzv-id", "job-a"], "job-a"),
+    (["--nnodes", "1:2", "--rdzv-id", "job-a"], "job-a"),
+]
+
+
+@pytest.mark.parametrize(("front", "run_id"), RUN_IDS)
+def test_the_front_knows_the_job_id_torchrun_gives_the_workers(monkeypatch, front, run_id):
+    """`agent_run_id` against torch's own `run`, stopped where it hands the agent its config:
+    the --rdzv-id, or a fresh uuid where the front says None."""
+    import torch.distributed.run as torchrun
+
+    from shoal.runtime.torchrun_front import agent_run_id, parse
+
+    args, _, max_nodes = parse([*front, DIGITS], "")
+    ours = agent_run_id(args, max_nodes)
+    given = []
+
+    def launch(config, entrypoint):
+        given.append(config.run_id)
+        return lambda *job: None
+
+    monkeypatch.setattr(torchrun, "elastic_launch", launch)
+    monkeypatch.setattr(torchrun.torch.multiprocessing, "_set_thread_name", lambda name: None)
+    torchrun.run(args)
+    assert ours == run_id
+    if ours is None:
+        uuid.UUID(given[0])  # made up: a ValueError if it is not a fresh uuid
+    else:
+        assert given == [ours]
+
+
+@pytest.mark.parametrize(("front", "run_id"), RUN_IDS)
 def test_another_runs_checkpoints_are_refused_before_any_worker_starts(
     tmp_path, capsys, monkeypatch, front, run_id
 ):
     """The front knows the job id the agent will give the workers (each of them refused the
     checkpoints, after each of the agent's --max-restarts): another run's are refused once;
     the job's own (a node that joins late, a second agent of the same --rdzv-id) are not."""
-    from shoal.runtime.torchrun_front import agent_run_id, parse
-
-    args, _, max_nodes = parse([*front, DIGITS], "")
-    assert agent_run_id(args, max_nodes) == run_id
     started = []
     monkeypatch.setattr("torch.distributed.run.run", started.append)
     out = tmp_path / "run"
