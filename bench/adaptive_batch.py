@@ -5,7 +5,7 @@
         [--json FILE]
     python bench/adaptive_batch.py --smoke   # digits, 2 x 2 steps per side, 1 seed: plumbing only
 
-Tasks (this file is also their job file: `shoal run bench/adaptive_batch.py -o task='digits'`):
+Tasks (their job file: bench/_adaptive_tasks.py; `--toy`, the model study: _adaptive_toy.py):
 - `digits`: examples/digits.py's CNN (SGD, momentum 0.9) on scikit-learn's digits; 300 images
   held out (a fixed permutation); target: validation accuracy >= --target-digits (0.975).
 - `shakespeare`: examples/shakespeare.py's character-level causal transformer (AdamW, 10-step
@@ -50,8 +50,6 @@ host: run it alone.
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import math
 import os
@@ -62,97 +60,14 @@ import sys
 import tempfile
 import time
 
+import _adaptive_tasks
 import _args
 import numpy as np
 import torch
+from _adaptive_tasks import ROOT, TASKS, evaluate
+from _adaptive_toy import fmt_spread, toy_study, toy_table
 
-import shoal
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 ADAPTIVE = ("jabas", "pollux", "shoal")
-TASKS = {
-    # micro-batch size, base LR at the small batch, sweep of global batches, metric, better
-    "digits": {"b": 16, "lr": 0.05, "sweep": (32, 64, 128, 256, 512), "metric": "accuracy"},
-    "shakespeare": {"b": 16, "lr": 2e-3, "sweep": (32, 64, 128, 256, 512), "metric": "loss"},
-    "reverse": {"b": 16, "lr": 1e-3, "sweep": (32, 64, 128, 256, 512), "metric": "loss"},
-}
-HELD_OUT_DIGITS = 300
-PERMUTATION_SEED = 1234  # the train/validation split of digits: fixed, not the run's seed
-
-
-@functools.cache  # evaluated at every checkpoint: load each example once per process
-def _example(name: str):
-    path = ROOT / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"shoal_example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
-def _digits_split():
-    digits = _example("digits")
-    x, y = digits.load_digits()
-    images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(PERMUTATION_SEED))
-    train, val = order[:-HELD_OUT_DIGITS], order[-HELD_OUT_DIGITS:]
-    labels = torch.tensor(y)
-    return digits, (images[train], labels[train]), (images[val], labels[val])
-
-
-def make_job(task="digits", micro_batch_size=16, global_batch_size=32, lr=0.05, seed=0):
-    """The benchmark's job (this file is a shoal job file)."""
-    warmup = lambda opt: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
-        opt, lambda step: min(1.0, (step + 1) / 10)
-    )
-    adamw = lambda params: torch.optim.AdamW(params, lr=lr)  # noqa: E731
-    if task == "digits":
-        digits, (x, y), _ = _digits_split()
-        model, dataset = digits.make_model, torch.utils.data.TensorDataset(x, y)
-        optimizer = lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)  # noqa: E731
-        loss_fn, scheduler = digits.loss_fn, None
-    elif task == "shakespeare":
-        chars = _example("shakespeare")
-        dataset, _, vocab = chars.splits()
-        model = lambda: chars.CharModel(vocab)  # noqa: E731
-        optimizer, loss_fn, scheduler = adamw, chars.loss_fn, warmup
-    else:
-        rev = _example("transformer")
-        model, dataset = rev.Reverser, rev.ReverseDataset(4096, seed)
-        optimizer, loss_fn, scheduler = adamw, rev.loss_fn, warmup
-    return shoal.Job(
-        model=model,
-        optimizer=optimizer,
-        dataset=dataset,
-        loss_fn=loss_fn,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        seed=seed,
-        lr_scheduler=scheduler,
-    )
-
-
-def evaluate(task: str, model_state: dict) -> float:
-    """Validation accuracy (digits) or loss (shakespeare, reverse) of a checkpoint's model."""
-    torch.manual_seed(0)
-    if task == "shakespeare":
-        chars = _example("shakespeare")
-        model = chars.CharModel(chars.splits()[2])
-        model.load_state_dict(model_state)
-        return chars.validation_loss(model)
-    if task == "digits":
-        digits, _, (x, y) = _digits_split()
-        model = digits.make_model()
-    else:
-        rev = _example("transformer")
-        model, val = rev.Reverser(), rev.ReverseDataset(1024, 10_000)
-        x, y = val.inputs, val.inputs.flip(1)
-    model.load_state_dict(model_state)
-    model.eval()
-    with torch.no_grad():
-        if task == "digits":
-            return float((model(x).argmax(dim=1) == y).float().mean())
-        return float(rev.loss_fn(model, (x, y)))
 
 
 def _checkpoints(out: pathlib.Path) -> list[tuple[int, pathlib.Path]]:
@@ -215,7 +130,7 @@ def calibrate(task: str, args) -> dict:
     spec, devices = TASKS[task], load_devices()
     options, _ = side_flags(f"fixed-{spec['sweep'][0]}", task, args, calibrating=True)
     out = pathlib.Path(tempfile.mkdtemp(prefix=f"shoal-ab-{task}-calibrate-"))
-    cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
+    cmd = [sys.executable, "-m", "shoal", "run", _adaptive_tasks.__file__]
     steps = 8 if args.smoke else 40
     cmd += ["--workers", args.workers, "--steps", str(steps), "--out", str(out)]
     for key, value in options.items():
@@ -259,7 +174,7 @@ def run_side(side: str, task: str, seed: int, args) -> dict:
     options["seed"] = seed
     out = pathlib.Path(tempfile.mkdtemp(prefix=f"shoal-ab-{task}-{side}-"))
     target, better = args.targets[task], TASKS[task]["metric"]
-    cmd = [sys.executable, "-m", "shoal", "run", str(pathlib.Path(__file__).resolve())]
+    cmd = [sys.executable, "-m", "shoal", "run", _adaptive_tasks.__file__]
     cmd += ["--workers", args.workers, "--steps", str(args.max_steps), "--out", str(out), *flags]
     cmd += ["--checkpoint-every", str(args.eval_every), "--checkpoint-keep", "0"]
     cmd += ["--checkpoint-seconds", "0"]
@@ -335,13 +250,6 @@ def best_fixed(sides: dict[str, dict]) -> str | None:
     return min(ok)[1] if ok else None
 
 
-def _fmt(stat, digits=1):
-    if stat is None:
-        return "-"
-    mean, low, high = (f"{stat[k]:.{digits}f}" for k in ("mean", "min", "max"))
-    return f"{mean} [{low}..{high}]"
-
-
 def table(results: dict) -> str:
     lines = []
     for task, res in results["tasks"].items():
@@ -358,109 +266,15 @@ def table(results: dict) -> str:
         lines.append("| side | reached | steps | samples | wall s | GPU-s | final metric |")
         lines.append("|---|---|---|---|---|---|---|")
         for side, agg in res["sides"].items():
-            cells = [_fmt(agg["steps"], 0), _fmt(agg["samples"], 0), _fmt(agg["wall_s"])]
-            cells += [_fmt(agg["gpu_s"]), _fmt(agg["final_metric"], 3)]
+            cells = [
+                fmt_spread(agg["steps"], 0),
+                fmt_spread(agg["samples"], 0),
+                fmt_spread(agg["wall_s"]),
+            ]
+            cells += [fmt_spread(agg["gpu_s"]), fmt_spread(agg["final_metric"], 3)]
             lines.append(f"| {side} | {agg['reached']} | " + " | ".join(cells) + " |")
     for note in results["notes"]:
         lines.append(f"note: {note}")
-    return "\n".join(lines)
-
-
-# --- the model study (--toy): the policies' own decisions on exact gradients, modelled time ---
-TOY_DIM, TOY_SAMPLES, TOY_NOISE = 10, 50_000, 1.0
-TOY_B, TOY_B0, TOY_BMAX = 8, 16, 2048  # micro-batch, initial and largest global batch
-TOY_OVERHEAD_S, TOY_SAMPLE_S = 0.02, 1e-4  # modelled step: 20 ms + 0.1 ms per sample
-TOY_LR = 0.05  # SGD learning rate at B0
-TOY_SCALING = {"jabas": "sqrt", "pollux": "adascale", "shoal": "adascale"}
-
-
-def toy_run(side: str, seed: int, target: float, every: int, max_steps: int = 20_000) -> dict:
-    """SGD on a noisy, ill-conditioned least-squares problem (numpy; gradients exact per
-    micro-batch, as the runtime measures them) until the excess loss is <= `target`; the batch
-    follows the side's policy through the same `decide` call as a live run."""
-    import numpy as np
-
-    from shoal.control.batch_policy import make_policy
-    from shoal.control.batch_policy_base import BatchContext, needs_similarity
-    from shoal.control.gradstats import StepStats
-
-    rng = np.random.default_rng(seed)
-    curvature = np.logspace(0, -2, TOY_DIM)  # eigenvalues 1 .. 0.01 of E[x x^T]
-    x = rng.standard_normal((TOY_SAMPLES, TOY_DIM)) * np.sqrt(curvature)
-    w_star = rng.standard_normal(TOY_DIM)
-    y = x @ w_star + TOY_NOISE * rng.standard_normal(TOY_SAMPLES)
-    ctx = BatchContext(
-        TOY_B,
-        (TOY_B0, TOY_BMAX),
-        None,
-        lambda batch: batch / (TOY_OVERHEAD_S + TOY_SAMPLE_S * batch),
-        TOY_B0,
-    )
-    policy, batch = None, TOY_B0
-    if side.startswith("fixed-"):
-        batch = int(side.split("-")[1])
-    else:
-        policy = make_policy(
-            side, micro_batch_size=TOY_B, bounds=(TOY_B0, TOY_BMAX), every=every,
-            lr_scaling=TOY_SCALING[side],
-        )  # fmt: skip
-    w, seconds, samples, order, pos = np.zeros(TOY_DIM), 0.0, 0, rng.permutation(TOY_SAMPLES), 0
-    for step in range(max_steps):
-        m = batch // TOY_B
-        if pos + batch > TOY_SAMPLES:
-            order, pos = rng.permutation(TOY_SAMPLES), 0
-        idx, pos = order[pos : pos + batch], pos + batch
-        residual = x[idx] @ w - y[idx]
-        per_micro = (residual[:, None] * x[idx]).reshape(m, TOY_B, TOY_DIM).mean(axis=1)
-        grad = per_micro.mean(axis=0)
-        factor = policy.lr_factor(batch, ctx) if policy else math.sqrt(batch / TOY_B0)
-        w -= TOY_LR * factor * grad
-        seconds += TOY_OVERHEAD_S + TOY_SAMPLE_S * batch
-        samples += batch
-        if 0.5 * float(((w - w_star) ** 2 * curvature).sum()) <= target:
-            return {"steps": step + 1, "samples": samples, "model_s": seconds, "last": batch}
-        if policy is not None:
-            similarity = None
-            if needs_similarity(policy, step) and m >= 2:
-                h1, h2 = per_micro[: m // 2].sum(0), per_micro[m // 2 :].sum(0)
-                similarity = float(h1 @ h2 / math.sqrt((h1 @ h1) * (h2 @ h2)))
-            sqnorms = tuple(float(v) for v in (per_micro**2).sum(axis=1))
-            stats = StepStats(step, TOY_B, m, sqnorms, float(grad @ grad), similarity, 0.0)
-            batch = policy.decide(stats, ctx)
-    return {"steps": None, "samples": samples, "model_s": seconds, "last": batch}
-
-
-def toy_study(seeds: list[int], target: float, every: int) -> dict:
-    sides = [f"fixed-{b}" for b in (16, 64, 256, 1024)] + list(ADAPTIVE)
-    out = {}
-    for side in sides:
-        runs = [toy_run(side, seed, target, every) for seed in seeds]
-        done = [r for r in runs if r["steps"] is not None]
-        out[side] = {
-            "reached": f"{len(done)}/{len(runs)}",
-            **{
-                key: {
-                    "mean": statistics.mean(r[key] for r in done),
-                    "median": statistics.median(r[key] for r in done),
-                    "min": min(r[key] for r in done),
-                    "max": max(r[key] for r in done),
-                }
-                if done
-                else None
-                for key in ("steps", "samples", "model_s")
-            },
-            "runs": runs,
-        }
-    return out
-
-
-def toy_table(sides: dict) -> str:
-    lines = ["| side | reached | steps | samples | modelled s | median modelled s |"]
-    lines.append("|---|---|---|---|---|---|")
-    for side, agg in sides.items():
-        cells = [_fmt(agg["steps"], 0), _fmt(agg["samples"], 0), _fmt(agg["model_s"])]
-        cells.append(f"{agg['model_s']['median']:.1f}" if agg["model_s"] else "-")
-        lines.append(f"| {side} | {agg['reached']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -42,6 +42,7 @@ RUN_ELSEWHERE = {
 
 def test_every_bench_script_has_a_smoke_test():
     helpers = {"_args.py", "_common.py", "ddp_yardstick.py", "torchelastic_job.py"}
+    helpers |= {"_adaptive_tasks.py", "_adaptive_toy.py"}
     scripts = {p.name for p in (ROOT / "bench").glob("*.py")} - helpers
     source = Path(__file__).read_text()
     for script, test in RUN_ELSEWHERE.items():
@@ -51,7 +52,7 @@ def test_every_bench_script_has_a_smoke_test():
 
 
 # the files of bench/ that are not scripts: a module the others import, bench/slowlink's package
-MODULES = {"_args.py", "ddp_yardstick.py", "__init__.py"}
+MODULES = {"_args.py", "ddp_yardstick.py", "__init__.py", "_adaptive_tasks.py", "_adaptive_toy.py"}
 SCRIPTS = sorted(
     p.relative_to(ROOT).as_posix()
     for p in [*(ROOT / "bench").glob("*.py"), *(ROOT / "bench").glob("*/*.py")]
