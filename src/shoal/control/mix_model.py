@@ -276,17 +276,18 @@ class MixModel:
         ]
         if join and sum(members) <= 1:
             return None
-        joined = int(any(booting))  # the last boot's joins: a change when it ends
-        for t, (seconds, rate, per_hour) in enumerate(self._swaps(members, leave, join)):
-            boots.append((seconds, rate, per_hour, (joined if t == 0 else 1) + 1))
-            joined = 1
-        return boots, joined + int(len(leave) > len(join))
+        joined = int(any(booting))  # the first boot's joins: a change when it ends
+        boots += self._swaps(members, leave, join, joined)
+        # then the last swap's join (or the first boot's) and the surplus members' leave
+        return boots, (1 if join else joined) + int(len(leave) > len(join))
 
-    def _swaps(self, members: list[int], leave: list[int], join: list[int]) -> list[tuple]:
+    def _swaps(self, members: list[int], leave: list[int], join: list[int], joined: int) -> list:
         """The boots of the swaps at the bound: in the t-th, the member of key `leave[t]` has
-        gone and the server of key `join[t]` boots. The members' rate is evaluated for the first
-        `EXACT_BOOTS` swaps and the last, and taken on the line between them in the middle (one
-        step-time evaluation a swap made a decision at 1,000 servers take 16 s)."""
+        gone and the server of key `join[t]` boots; it starts with that leave and the join
+        before it (the first boot's, `joined`, for the first swap). The members' rate is
+        evaluated for the first `EXACT_BOOTS` swaps and the last, and taken on the line between
+        them in the middle (one step-time evaluation a swap made a decision at 1,000 servers
+        take 16 s)."""
 
         if not join:
             return []
@@ -311,7 +312,7 @@ class MixModel:
                 rate = exact[t]
             else:  # between the last exact swap and the last one
                 rate = exact[first] + (exact[last] - exact[first]) * (t - first) / (last - first)
-            out.append((self.startup_s, rate, per_hour + self.price[i]))
+            out.append((self.startup_s, rate, per_hour + self.price[i], (1 if t else joined) + 1))
         return out
 
     def _rate(self, members: Sequence[int]) -> float:
