@@ -131,11 +131,11 @@ def _check_trial_flags(args: argparse.Namespace, overrides: dict[str, Any]) -> N
         raise UserError(f"--config {' '.join(args.config)}: {exc}") from None
     if not 0 <= args.seed < 2**32:  # the range of the sampler's (numpy's) seed
         raise UserError(f"--seed must be in [0, 2**32 - 1], got {args.seed}")
-    if args.threads > local_worker_limit():  # torch's pool fails past a few thousand: a crash
+    limit = local_worker_limit()
+    if args.threads > limit:  # torch's pool fails past a few thousand: a crash
         cores = len(os.sched_getaffinity(0))
         raise UserError(
-            f"--threads {args.threads}: at most {local_worker_limit()} threads per process on "
-            f"{cores} CPU cores"
+            f"--threads {args.threads}: at most {limit} threads per process on {cores} CPU cores"
         )
 
 
