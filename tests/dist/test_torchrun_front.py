@@ -2,7 +2,6 @@
 exit code 2 where plain torchrun ends with its own traceback and report (exit 1); any other
 failure and a signal are one line too."""
 
-import json
 import signal
 import subprocess
 import sys
@@ -23,18 +22,24 @@ def _front(tmp_path, job, *flags):
 
 
 def test_an_input_only_the_workers_can_refuse_is_one_line_and_exit_2(tmp_path):
-    """--resume onto another job's checkpoint: each worker refuses it as it loads it (the front
-    does not read checkpoints). Plain torchrun printed each worker's line, then its
+    """A loss function that returns one loss per sample (no .mean()): only the first step can
+    tell, so each worker refuses it. Plain torchrun printed each worker's line, then its
     ChildFailedError traceback and report, and exited 1."""
-    manifest = tmp_path / "run" / "checkpoints" / "ckpt-000000003.json"
-    manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"step": 3, "fingerprint": "0123456789abcdef"}))
-    manifest.with_suffix(".pt").write_bytes(b"another job's state")
-    proc = _front(tmp_path, DIGITS, "--resume")
+    job = tmp_path / "job.py"
+    job.write_text(
+        f"import dataclasses\nimport runpy\n\nimport torch.nn.functional as F\n\n"
+        f"DIGITS = runpy.run_path({str(DIGITS)!r})\n\n\n"
+        "def per_sample(model, batch):\n"
+        "    x, y = batch\n    return F.cross_entropy(model(x), y, reduction='none')\n\n\n"
+        "def make_job(**options):\n"
+        "    return dataclasses.replace(DIGITS['make_job'](**options), loss_fn=per_sample)\n"
+    )
+    proc = _front(tmp_path, job)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, proc.stderr[-3000:]
-    assert errors[0].startswith(f"shoal: error: checkpoint {manifest} belongs to a different job")
+    said = "shoal: error: Job.loss_fn must return a scalar (one-element) tensor, got a tensor of"
+    assert errors[0].startswith(said)
     assert "Traceback" not in proc.stderr
 
 

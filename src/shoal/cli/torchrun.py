@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _torchrun(args: argparse.Namespace) -> int:
     from shoal.launcher.spec import check_job, check_local_processes
-    from shoal.launcher.torchrun import check_fresh_start, parse_config
+    from shoal.launcher.torchrun import check_before_agent, parse_config
     from shoal.runtime.torchrun_front import agent_run_id, job_argv, launch, parse
 
     torchrun_args, local, max_nodes = parse(args.argv, DESCRIPTION)
@@ -38,5 +38,5 @@ def _torchrun(args: argparse.Namespace) -> int:
     # restarting them --max-restarts times first)
     config = parse_config(job_argv(torchrun_args))
     check_job(config)
-    check_fresh_start(config, agent_run_id(torchrun_args, max_nodes))
+    check_before_agent(config, agent_run_id(torchrun_args, max_nodes))
     return launch(torchrun_args)

@@ -13,6 +13,7 @@ import sys
 
 from shoal.config import EmulationConfig, RunConfig
 from shoal.errors import UserError
+from shoal.launcher.rundir import checkpoint_dir
 from shoal.runtime.torchrun_front import report_to_agent
 
 
@@ -37,21 +38,36 @@ def check_fresh_start(config: RunConfig, run_id: str | None) -> None:
     """A torchrun job refuses a directory holding another run's checkpoints (it would restart
     from step 0 and overwrite them), as `shoal run` does; --resume continues it. Runs are told
     apart by torchrun's job id `run_id` (its --rdzv-id; None: one no checkpoint can hold),
-    which the checkpoints record. `shoal torchrun` checks before the agent starts; each worker
-    checks too, each of the agent's restarts included (under plain torchrun a first life that
-    refused them wrote none of its own, and its restart would otherwise have resumed the other
-    run's)."""
+    which the checkpoints record. Each worker checks, each of the agent's restarts included
+    (under plain torchrun a first life that refused them wrote none of its own, and its restart
+    would otherwise have resumed the other run's); `shoal torchrun` checks first
+    (`check_before_agent`)."""
     from shoal.runtime.checkpoint import foreign_checkpoints
 
     if config.resume:
         return
-    url = config.checkpoint.dir or os.path.join(config.out, "checkpoints")
+    url = checkpoint_dir(config)
     found = foreign_checkpoints(url, run_id)
     if found:
         raise UserError(
             f"{url} already holds checkpoints of another run ({len(found)} found): pass "
             "--resume to continue it, or choose another --out"
         )
+
+
+def check_before_agent(config: RunConfig, run_id: str | None) -> None:
+    """What `shoal torchrun` refuses about the run directory before the agent starts, where each
+    worker would refuse it only after the group formed, and again after each of the agent's
+    --max-restarts: another run's checkpoints without --resume, and with it a directory with
+    no usable checkpoint of this job (another job's, or only corrupt ones), as `shoal run`
+    does. The workers check again as they load (plain torchrun has no front)."""
+    from shoal.launcher.rundir import config_fingerprint
+    from shoal.runtime.checkpoint import check_resumable
+
+    if config.resume:
+        check_resumable(checkpoint_dir(config), config_fingerprint(config))
+    else:
+        check_fresh_start(config, run_id)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -108,6 +108,39 @@ def test_another_runs_checkpoints_are_refused_before_any_worker_starts(
         assert main([*argv, "--steps", "3", "--out", str(out)]) == 0 and len(started) == 1
 
 
+def test_a_resume_without_a_checkpoint_of_the_job_is_refused_before_any_worker_starts(
+    tmp_path, capsys, monkeypatch
+):
+    """--resume onto another job's checkpoint (or onto none): each worker refused it as it
+    loaded it, after the group formed and again after each of the agent's --max-restarts. The
+    front reads the checkpoints as `shoal run` does; the job's own let the agent start."""
+    import torch
+
+    from shoal.launcher.rundir import config_fingerprint
+    from shoal.launcher.torchrun import parse_config
+    from shoal.runtime.checkpoint import save_checkpoint
+
+    started = []
+    monkeypatch.setattr("torch.distributed.run.run", started.append)
+    out = tmp_path / "run"
+    job = [DIGITS, "--steps", "3", "--out", str(out), "--resume"]
+    argv = ["torchrun", "--nproc-per-node", "2", "--max-restarts", "3", *job]
+    assert main(argv) == 2
+    said = capsys.readouterr().err
+    assert said == f"shoal: error: --resume: no checkpoint found in {out / 'checkpoints'}\n"
+    assert not started
+    url = str(out / "checkpoints")
+    save_checkpoint(url, 2, {"step": 2, "w": torch.ones(2)}, "0123456789abcdef")
+    assert main(argv) == 2
+    said = capsys.readouterr().err  # the workers' words for it, once
+    manifest = out / "checkpoints" / "ckpt-000000002.json"
+    assert said.startswith(f"shoal: error: checkpoint {manifest} belongs to a different job")
+    assert said.count("\n") == 1 and not started
+    fingerprint = config_fingerprint(parse_config(job))
+    save_checkpoint(url, 3, {"step": 3, "w": torch.ones(2)}, fingerprint)
+    assert main(argv) == 0 and len(started) == 1
+
+
 @pytest.mark.parametrize("front", [False, True])
 def test_a_worker_reports_its_error_where_torchrun_reads_it(tmp_path, capsys, monkeypatch, front):
     """The file is the one torchrun gives each worker; torch's own reader parses it (plain
