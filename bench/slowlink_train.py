@@ -64,39 +64,29 @@ import contextlib
 import dataclasses
 import json
 import math
-import os
 import pathlib
 import signal
-import subprocess
 import sys
 import tempfile
-import time
-
-import torch
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT / "src"), str(HERE)]
 
 import _args  # noqa: E402
-from slowlink.testbed import RDZV_PORT, WAN, SlowLinkBed, bed_available  # noqa: E402
+from slowlink.results import (  # noqa: E402
+    IN_RUN,
+    curve,
+    final_digest,
+    summarize,
+    table,
+    val_loss,
+    validation,
+)
+from slowlink.sides import SIDES, Model, run_side, side_argv, worker_script  # noqa: E402
+from slowlink.testbed import RDZV_PORT, SlowLinkBed, bed_available  # noqa: E402
 
-from shoal.config import SlowLinkConfig  # noqa: E402
-from shoal.errors import UserError  # noqa: E402
-from shoal.job import build_job, load_job_file, parse_options  # noqa: E402
-from shoal.metrics.files import RESULT_FILE, read_result  # noqa: E402
-
-DDP_WORKER = HERE / "slowlink" / "ddp_train.py"
 FAST_MBIT = 10_000.0  # the replays' link: fast enough that it is not what bounds them
-IN_RUN = ("ddp", "powersgd", "shoal-auto")  # curves from the timed run itself (no replay)
-
-
-@dataclasses.dataclass(frozen=True)
-class Model:
-    job: str
-    options: tuple[str, ...]
-    steps: int  # per side (shoal-local: x --local-budget)
-    eval_every: int
 
 
 MODELS = {
@@ -117,201 +107,6 @@ SMOKE = {
     ),
     "digits": Model("examples/digits.py", ("micro_batch_size=16", "global_batch_size=32"), 4, 2),
 }
-SIDES = (
-    "ddp",
-    "powersgd",
-    "shoal-dense",
-    "shoal-blocktopk",
-    "shoal-blocktopk-pipe",
-    "shoal-auto",
-    "shoal-local",
-    "shoal-local-overlap",  # the outer exchange under the next D inner steps
-    "shoal-local-overlap-fast",  # the same, --consistency fast (a one-worker site sums nothing)
-)
-
-
-def side_argv(side: str, args) -> list[str] | None:
-    """The side's extra flags, or None when this shoal lacks the flag (h15a's --compress)."""
-    fields = {f.name for f in dataclasses.fields(SlowLinkConfig)}
-    extra = {
-        "ddp": [],
-        "powersgd": ["--powersgd", str(args.powersgd_rank)],
-        "shoal-dense": [],
-        "shoal-blocktopk": ["--compress", f"blocktopk:{args.keep}"],
-        "shoal-blocktopk-pipe": ["--compress", f"blocktopk:{args.keep}", "--pipeline"],
-        "shoal-auto": ["--compress", "auto"],
-        "shoal-local": ["--local-steps", str(args.local_steps)],
-        "shoal-local-overlap": ["--local-steps", str(args.local_steps)]
-        + ["--outer-overlap", str(args.outer_overlap)],
-        "shoal-local-overlap-fast": ["--local-steps", str(args.local_steps)]
-        + ["--outer-overlap", str(args.outer_overlap), "--consistency", "fast"],
-    }[side]
-    if "--compress" in extra and "compress" not in fields:
-        return None
-    if "--pipeline" in extra and "pipeline" not in fields:
-        return None
-    if "--local-steps" in extra and "local_steps" not in fields:
-        return None
-    if "--outer-overlap" in extra and "outer_overlap" not in fields:
-        return None
-    return extra
-
-
-def worker_script(
-    side: str, model: Model, steps: int, out: pathlib.Path, extra, checkpoints: bool = True
-) -> list[str]:
-    """The worker's command line; a shoal side writes a checkpoint every eval_every steps only
-    with `checkpoints` (else the final one alone, after its last step)."""
-    opts = [a for o in model.options for a in ("-o", o)]
-    job = str(ROOT / model.job)
-    common = [job, *opts, "--steps", str(steps), "--out", str(out)]
-    if side in ("ddp", "powersgd"):
-        return [str(DDP_WORKER), *common, "--eval-every", str(model.eval_every), *extra]
-    every = model.eval_every if checkpoints else 0
-    ckpt = ["--checkpoint-every", str(every), "--checkpoint-seconds", "0"]
-    return ["-m", "shoal.worker", *common, *ckpt, *extra]
-
-
-def run_side(bed, script, out: pathlib.Path, port: int, timeout_s: float) -> None:
-    """Both sites' torchrun; shoal's checkpoints are hard-linked into out/kept as they appear
-    (shoal keeps only the newest three)."""
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": WAN, "OMP_NUM_THREADS": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
-    out.mkdir(parents=True)
-    kept, procs = out / "kept", []
-    kept.mkdir()
-    deadline = time.monotonic() + timeout_s
-    try:
-        for site in range(bed.num_sites):
-            with open(out / f"site{site}.log", "w") as log:
-                argv = bed.torchrun_argv(site, script, port=port)
-                procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            _keep_checkpoints(out / "checkpoints", kept)
-            time.sleep(0.1)
-        _keep_checkpoints(out / "checkpoints", kept)
-        codes = [p.poll() for p in procs]
-        if codes != [0] * len(procs):
-            log = "".join(f.read_text() for f in sorted(out.glob("site*.log")))[-2000:]
-            raise RuntimeError(f"side failed (exit codes {codes}): {log}")
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-
-
-def _keep_checkpoints(folder: pathlib.Path, kept: pathlib.Path) -> None:
-    if not folder.exists():
-        return
-    for manifest in folder.glob("ckpt-*.json"):  # written after its .pt: the .pt is whole
-        pt, link = manifest.with_suffix(".pt"), kept / manifest.with_suffix(".pt").name
-        if not link.exists():
-            with contextlib.suppress(FileNotFoundError):  # pruned meanwhile: lost, not fatal
-                os.link(pt, link)
-
-
-def curve(side: str, out: pathlib.Path) -> tuple[list[float], dict[int, dict]]:
-    """Per-step seconds and the set-aside model states by step."""
-    if side in ("ddp", "powersgd"):
-        times = json.loads((out / "ddp.json").read_text())["step_times_s"]
-        snaps = {int(p.stem[5:]): p for p in out.glob("snap-*.pt")}
-        return times, {s: torch.load(p, weights_only=True) for s, p in snaps.items()}
-    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    by_step = {r["step"]: r["step_time_s"] for r in lines if r.get("kind") == "step"}
-    times = [by_step[s] for s in sorted(by_step)]
-    states = {}
-    for p in (out / "kept").glob("ckpt-*.pt"):
-        states[int(p.stem[5:])] = torch.load(p, weights_only=True)["model"]
-    return times, states
-
-
-def final_digest(out: pathlib.Path) -> str:
-    """The state_sha256 that rank 0 wrote at the end of a shoal run."""
-    try:
-        result = read_result(out / RESULT_FILE)
-    except UserError as exc:  # a row's error, not the bench's end
-        raise RuntimeError(str(exc)) from exc
-    if result is None:
-        raise RuntimeError(f"no {out / RESULT_FILE}")
-    return result.state_sha256
-
-
-def validation(model_name: str, model: Model):
-    """(job, batches) to evaluate a model state on."""
-    path = ROOT / model.job
-    job = build_job(load_job_file(path), parse_options(list(model.options)), None)
-    module = sys.modules[f"shoal_job_{path.stem}"]
-    if model_name == "transformer":
-        data = module.ReverseDataset(1024, seed=10_000)  # sequences the job never trains on
-        batches = [(x, x.flip(1)) for x in data.inputs.split(256)]
-    else:
-        x, y = job.dataset.tensors
-        batches = [(x, y)]
-    return job, batches
-
-
-@torch.no_grad()
-def val_loss(job, batches, state: dict) -> float:
-    net = job.model()
-    net.load_state_dict(state, strict=False)  # non-persistent buffers are rebuilt by the model
-    net.eval()
-    total = sum(float(job.loss_fn(net, b)) * len(b[0]) for b in batches)
-    return total / sum(len(b[0]) for b in batches)
-
-
-def summarize(side: str, times: list[float], losses: dict[int, float], target: float) -> dict:
-    warm = times[3:] or times  # the first steps pay connection set-up and exact mode's probe
-    reached = next((s for s in sorted(losses) if losses[s] <= target), None)
-    return {
-        "side": side,
-        "steps": len(times),
-        "steps_per_s": len(warm) / sum(warm) if sum(warm) > 0 else math.nan,
-        "train_s": sum(times),
-        "final_val_loss": losses[max(losses)] if losses else math.nan,
-        "target": target,
-        "time_to_target_s": sum(times[:reached]) if reached else None,
-        "target_step": reached,
-    }
-
-
-def table(rows: list[dict]) -> str:
-    ddp = next((r for r in rows if r["side"] == "ddp" and "status" not in r), None)
-    head = "| side | steps/s | x DDP | time to target (s) | x DDP | final val loss | vs DDP |"
-    out = [head, "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if "status" in r:
-            out.append(f"| {r['side']} | {r['status']} | | | | | |")
-            continue
-        t = r["time_to_target_s"]
-        speed = r["steps_per_s"] / ddp["steps_per_s"] if ddp else math.nan
-        tt = ddp and ddp["time_to_target_s"] and t and ddp["time_to_target_s"] / t
-        gap = r["final_val_loss"] / ddp["final_val_loss"] - 1 if ddp else math.nan
-        out.append(
-            f"| {r['side']} | {r['steps_per_s']:.2f} | {speed:.2f} | "
-            f"{'not reached' if t is None else f'{t:.1f}'} | {tt or float('nan'):.2f} | "
-            f"{r['final_val_loss']:.4f} | {gap:+.1%} |"
-        )
-    return "\n".join(out + footnote(rows))
-
-
-def footnote(rows: list[dict]) -> list[str]:
-    """Where each side's validation curve came from (the timed run or a replay)."""
-    replayed = [r["side"] for r in rows if r.get("curve") == "replay" and "status" not in r]
-    in_run = [r["side"] for r in rows if r.get("curve") == "in-run" and r["side"] in IN_RUN]
-    notes = []
-    if replayed:
-        notes.append(
-            f"Curves of {', '.join(replayed)}: a replay with checkpoints every --eval-every "
-            "steps on a fast link, its final state_sha256 equal to the timed run's (which "
-            "wrote none)."
-        )
-    if "shoal-auto" in in_run:
-        notes.append(
-            "shoal-auto's curve: its timed run's own checkpoints (on its clock); its keep "
-            "follows the measured bandwidth, so a replay would not retrace it."
-        )
-    return ["", *notes] if notes else []
 
 
 @dataclasses.dataclass(frozen=True)
