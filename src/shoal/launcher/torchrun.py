@@ -13,7 +13,8 @@ import sys
 
 from shoal.config import EmulationConfig, RunConfig
 from shoal.errors import UserError
-from shoal.launcher.rundir import checkpoint_dir
+from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
+from shoal.runtime.checkpoint import check_resumable, foreign_checkpoints
 from shoal.runtime.torchrun_front import report_to_agent
 
 
@@ -42,8 +43,6 @@ def check_fresh_start(config: RunConfig, run_id: str | None) -> None:
     (under plain torchrun a first life that refused them wrote none of its own, and its restart
     would otherwise have resumed the other run's); `shoal torchrun` checks first
     (`check_before_agent`)."""
-    from shoal.runtime.checkpoint import foreign_checkpoints
-
     if config.resume:
         return
     url = checkpoint_dir(config)
@@ -61,9 +60,6 @@ def check_before_agent(config: RunConfig, run_id: str | None) -> None:
     --max-restarts: another run's checkpoints without --resume, and with it a directory with
     no usable checkpoint of this job (another job's, or only corrupt ones), as `shoal run`
     does. The workers check again as they load (plain torchrun has no front)."""
-    from shoal.launcher.rundir import config_fingerprint
-    from shoal.runtime.checkpoint import check_resumable
-
     if config.resume:
         check_resumable(checkpoint_dir(config), config_fingerprint(config))
     else:
