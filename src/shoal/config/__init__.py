@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -27,6 +28,9 @@ CONFIG_ENV = "SHOAL_CONFIG"
 MAX_THREADS = 1024
 # --seed: the range plan/order.py's seed mixer takes (16 signed bytes), as job.py's Job.seed
 SEED_MIN, SEED_MAX = -(2**127), 2**127 - 1
+# --peer-timeout: a day is generous for a stalled peer; past ~10^9 s the collectives' timeout
+# overflows in torch (inf and 1e300 failed each worker with an OverflowError, 1e10 hung the run)
+MAX_PEER_TIMEOUT_S = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,8 @@ class BatchConfig:
     def __post_init__(self) -> None:
         at_least(self.every, 1, "--batch-every")
         at_least(self.sync, 0, "--batch-sync")
+        if self.sync is not None and self.sync == math.inf:  # an exchange that never ends
+            raise UserError(f"--batch-sync must be finite, got {self.sync}")
         object.__setattr__(self, "options", tuple(self.options))
 
     @property
@@ -294,8 +300,11 @@ class RunConfig:
         if self.seed is not None and not SEED_MIN <= self.seed <= SEED_MAX:
             raise UserError(f"--seed must be in [-2**127, 2**127 - 1], got {self.seed}")
         at_least(self.max_micro_batches, 1, "--max-micro-batches")
-        if not self.peer_timeout_s > 0:
-            raise UserError(f"--peer-timeout must be > 0 seconds, got {self.peer_timeout_s}")
+        if not 0 < self.peer_timeout_s <= MAX_PEER_TIMEOUT_S:
+            raise UserError(
+                f"--peer-timeout must be > 0 and at most {MAX_PEER_TIMEOUT_S:,.0f} seconds, "
+                f"got {self.peer_timeout_s}"
+            )
         if self.on_nonfinite not in ("stop", "skip"):
             raise UserError(f"--on-nonfinite must be stop or skip, got {self.on_nonfinite!r}")
         if self.link.compress != "none" and self.consistency != "exact":

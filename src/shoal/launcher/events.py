@@ -15,6 +15,7 @@ controller's next poll after it is due, so with very short steps it lands a few 
 
 from __future__ import annotations
 
+import math
 import pathlib
 import re
 from dataclasses import dataclass
@@ -56,30 +57,44 @@ def _is_file(text: str) -> bool:
         return False
 
 
-def parse_events(text: str, source: str = "--events") -> list[Event]:
+def _items(text: str, source: str) -> tuple[str, list[tuple[str, str]]]:
+    """(where the items come from, [(`item N` or `line N`, item)]): an inline list or a file."""
     # a list (a colon, a separator, or words that are no file's name) or a file of events
     looks_inline = any(c in text for c in ":;\n") or (" " in text.strip())
-    inline = looks_inline and not _is_file(text)
-    if inline:
-        lines = text.replace("\n", ";").split(";")
-    else:
-        path = pathlib.Path(text)
-        if not _is_file(text):
-            raise UserError(f"{source}: no such events file {text[:200]!r}")
-        try:
-            lines = path.read_text().replace(";", "\n").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"{source} {path}: cannot read ({exc.__class__.__name__})") from None
-        source = str(path)
+    if looks_inline and not _is_file(text):
+        items = text.replace("\n", ";").split(";")
+        return source, [(f"item {n}", item) for n, item in enumerate(items, start=1)]
+    path = pathlib.Path(text)
+    if not _is_file(text):
+        raise UserError(f"{source}: no such events file {text[:200]!r}")
+    try:  # utf-8-sig: a byte-order mark, as an editor may write it, is no part of the first line
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{source} {path}: cannot read ({exc.__class__.__name__})") from None
+    return str(path), [(f"line {n}", i) for n, line in enumerate(lines, 1) for i in line.split(";")]
+
+
+def _seconds(text: str | None, where: str) -> float | None:
+    """A time or a length in seconds; digits past the float range (inf) are refused."""
+    if not text:
+        return None
+    value = float(text)
+    if not math.isfinite(value):
+        raise UserError(f"{where}: {len(text)} digits of seconds are past the float range")
+    return value
+
+
+def parse_events(text: str, source: str = "--events") -> list[Event]:
+    source, lines = _items(text, source)
     events = []
-    for number, raw in enumerate(lines, start=1):
+    for where, raw in lines:
         item = raw.split("#", 1)[0].strip()
         if not item:
             continue
         m = _ITEM.match(item)
         if not m:
             raise UserError(
-                f"{source}: item {number}: cannot parse {item!r} "
+                f"{source}: {where}: cannot parse {item!r} "
                 "(expected e.g. 'step 10: kill 1' or 'at 5s: add k80')"
             )
         action, arg = m["action"], m["arg"]
@@ -88,20 +103,18 @@ def parse_events(text: str, source: str = "--events") -> list[Event]:
             kind = arg.lower()
         else:
             if arg != "random" and not re.fullmatch(r"w?\d+", arg):
-                raise UserError(f"{source}: item {number}: bad worker {arg!r}")
+                raise UserError(f"{source}: {where}: bad worker {arg!r}")
             worker = arg if arg == "random" else "w" + arg.lstrip("w")
-        deadline = float(m["deadline"]) if m["deadline"] else None
+        deadline = _seconds(m["deadline"], f"{source}: {where}")
         if deadline is not None and action not in ("notice", "stall"):
-            raise UserError(f"{source}: item {number}: only a notice or a stall takes seconds")
+            raise UserError(f"{source}: {where}: only a notice or a stall takes seconds")
         if action == "stall" and deadline is None:
-            raise UserError(
-                f"{source}: item {number}: a stall needs its length, e.g. 'stall 1 10s'"
-            )
+            raise UserError(f"{source}: {where}: a stall needs its length, e.g. 'stall 1 10s'")
         events.append(
             Event(
                 action,
                 int(m["step"]) if m["step"] else None,
-                float(m["at"]) if m["at"] else None,
+                _seconds(m["at"], f"{source}: {where}"),
                 worker,
                 kind,
                 deadline,

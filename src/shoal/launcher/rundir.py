@@ -47,6 +47,11 @@ LOCK_FILE = ".shoal.lock"
 # the durable checkpoint before they are killed
 GRACE_S = 60.0
 SET_ASIDE = ".result.json.before-resume"
+# what a run makes in its directory, a folder (True) or a file: one of the other type there
+# failed the run midway with a traceback (a folder where the lock or a resume's metrics go, a
+# file where the worker logs go)
+_ENTRIES = ((LOCK_FILE, False), ("logs", True))
+_RESUME_ENTRIES = ((METRICS_FILE, False), (RESULT_FILE, False), (SET_ASIDE, False))
 
 
 class RunLock:
@@ -100,6 +105,15 @@ def _read_pid(fd: int) -> int | None:
         return int(text) if text else None
     except (OSError, ValueError):
         return None
+
+
+def check_entries(out: pathlib.Path, entries: tuple[tuple[str, bool], ...]) -> None:
+    """Each entry of `out` the run will write is absent or of its type (before the lock)."""
+    for name, folder in entries:
+        path = out / name
+        if path.exists() and not (path.is_dir() if folder else path.is_file()):
+            kind = "a directory" if folder else "a regular file"
+            raise UserError(f"{path} is not {kind}, as the run needs it: move it away")
 
 
 def finished_result(out: pathlib.Path, result_name: str, steps: int) -> dict | None:
@@ -223,6 +237,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
     checked first: a finished run of the same job is reported, not redone (another job's is an
     error); unusable checkpoints, or another job's, are an error."""
     out = pathlib.Path(config.out)
+    check_entries(out, _ENTRIES + (_RESUME_ENTRIES if config.resume else ()))
     with RunLock(out), _sigterm_interrupts():
         if not config.resume:
             set_aside_earlier_results(out)  # check_run refused a directory with checkpoints

@@ -15,6 +15,10 @@ from shoal.errors import UserError
 
 # the largest integer a record holds: what a 64-bit counter does (steps, bytes, a rank)
 MAX_INT = 2**63 - 1
+# the largest wall time a record holds, in seconds (31,700 years): no clock's reading is past
+# it, and near the float limit (1e308) the report's time axes overflowed (a traceback, or
+# matplotlib's "arange: cannot compute length" as the error)
+MAX_WALL_S = 1e12
 
 
 def drop_none(obj: Any) -> dict[str, Any]:
@@ -52,8 +56,9 @@ class Fields:
             raise self.fail(f"'{key}' must be an integer of at most 64 bits, got {digits} digits")
         return int(value)
 
-    def float_(self, key: str, required: bool = False, finite: bool = False) -> float | None:
-        """A number; with `finite`, not NaN or infinite (a time the plots put on an axis)."""
+    def float_(self, key: str, required: bool = False, wall: bool = False) -> float | None:
+        """A number; with `wall`, a wall time the plots put on an axis: finite, and at most
+        MAX_WALL_S from 0."""
         value = self._get(key, required)
         if value is None:
             return None
@@ -64,8 +69,11 @@ class Fields:
         except OverflowError:  # an integer such as 10^400: no float holds it
             digits = len(str(abs(value)))
             raise self.fail(f"'{key}' is too large a number ({digits:,} digits)") from None
-        if finite and not math.isfinite(number):
+        if wall and not math.isfinite(number):
             raise self.fail(f"'{key}' must be a finite number, got {value!r}")
+        if wall and abs(number) > MAX_WALL_S:
+            limit = f"{MAX_WALL_S:g}"
+            raise self.fail(f"'{key}' must be from -{limit} to {limit} seconds, got {value!r}")
         return number
 
     def str_(self, key: str, required: bool = False) -> str | None:

@@ -27,6 +27,9 @@ DIGITS = str(pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.
         (["--batch-policy", "jabas", "--batch-every", "0"], "--batch-every"),
         (["--batch-policy", "jabas", "--consistency", "fast"], "--consistency exact"),
         (["--batch-policy", "pollux", "--batch-reference", "v100,tpu9"], "tpu9"),
+        # inf (or 1e400) was taken: a throughput model whose every step's exchange never ends
+        (["--batch-policy", "pollux", "--batch-sync", "inf"], "--batch-sync must be finite"),
+        (["--batch-policy", "shoal", "--batch-sync", "1e400"], "--batch-sync must be finite"),
         # the digits job's batch is 64: its first steps would run outside the bounds
         (["--batch-policy", "jabas", "--batch-bounds", "128:256"], "global_batch_size 64"),
     ],

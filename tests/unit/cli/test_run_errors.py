@@ -123,6 +123,18 @@ def test_thread_count_past_the_bound(capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("seconds", ["inf", "1e300", "1e10"])
+def test_peer_timeout_past_the_bound(capsys, tmp_path, seconds):
+    """inf and 1e300 failed every worker with 'membership.py:79: OverflowError'; 1e10 overflowed
+    inside torch's collectives and the run hung."""
+    code, err = run(
+        capsys, DIGITS, "--workers", "v100,v100", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--peer-timeout", seconds,
+    )  # fmt: skip
+    assert code == 2 and "--peer-timeout must be > 0 and at most 86,400 seconds" in err
+    assert err.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("under", ["", "sub"])
 def test_checkpoint_dir_that_is_a_file(capsys, tmp_path, under):
     """A file in its place trained every step, then failed writing the checkpoint with

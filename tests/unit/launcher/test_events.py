@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from shoal.errors import UserError
@@ -56,3 +58,31 @@ def test_an_events_file_that_is_not_text(tmp_path):
     f.write_bytes(b"\x00\xff\xfe garbage")
     with pytest.raises(UserError, match=r"--events .*ev\.bin: cannot read \(UnicodeDecodeError\)"):
         parse_events(str(f))
+
+
+def test_an_events_file_error_names_its_line(tmp_path):
+    """A file's ';' lists were counted as items: the third line was 'item 4'."""
+    f = tmp_path / "ev.txt"
+    f.write_text("step 1: kill 1; step 2: add k80\n# a comment\nstep 2: explode 1\n")
+    where = re.escape(f"{f}: line 3: cannot parse 'step 2: explode 1'")
+    with pytest.raises(UserError, match=f"^{where}"):
+        parse_events(str(f))
+    with pytest.raises(UserError, match=r"^--events: item 2: cannot parse"):
+        parse_events("step 1: kill 1; step 2: explode 1")
+
+
+def test_an_events_file_may_start_with_a_byte_order_mark(tmp_path):
+    """As workload and trace files may: it was "cannot parse '\\ufeffstep 1: add k80'"."""
+    f = tmp_path / "ev.txt"
+    f.write_bytes("\ufeffstep 1: add k80\n".encode())
+    assert parse_events(str(f)) == [Event("add", step=1, kind="k80")]
+
+
+@pytest.mark.parametrize(
+    "item", ["at {big}s: kill 1", "step 1: notice 1 {big}s", "step 1: stall 1 {big}s"]
+)
+def test_seconds_past_the_float_range_are_refused(item):
+    """400 digits of seconds parsed as inf: an event 'at infs' (never due), a notice or a stall
+    of infs, accepted without a word."""
+    with pytest.raises(UserError, match=r"item 1: 401 digits of seconds are past the float range"):
+        parse_events(item.format(big="1" + "0" * 400))

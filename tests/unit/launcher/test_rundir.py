@@ -220,6 +220,28 @@ def test_a_resume_refuses_an_unreadable_metrics_line_before_it_runs(tmp_path, ba
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "name, folder, resume",
+    [
+        (LOCK_FILE, True, False),  # os.open: IsADirectoryError
+        ("logs", False, False),  # the attempt's folder: NotADirectoryError
+        ("metrics.jsonl", True, True),  # a failed resume's cut: IsADirectoryError
+        ("result.json", True, True),  # trained, then unlinking the set-aside: IsADirectoryError
+    ],
+)
+def test_an_entry_of_the_wrong_type_is_refused_before_the_run(tmp_path, name, folder, resume):
+    """A folder where the run writes a file (or a file where it makes a folder) was a traceback,
+    one of them after the resume had trained; now one line before the lock, nothing changed."""
+    if resume:
+        checkpoint(tmp_path, 4)
+    path = tmp_path / name
+    path.mkdir() if folder else path.write_text("kept")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    with pytest.raises(UserError, match=f"{path} is not a"):
+        run_in_directory(config(tmp_path, resume=resume), lambda: pytest.fail("ran"))
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+
+
 def test_fingerprint_follows_the_job_files_contents_not_its_name(tmp_path):
     model = torch.nn.Linear(2, 1)
     job = tiny_job()
