@@ -131,10 +131,15 @@ def _verified(fs: Any, step: int, manifest_path: str, fingerprint: str | None) -
     except (OSError, ValueError) as exc:
         _warn(f"skipping checkpoint {manifest_path}: unreadable ({exc})")
         return None
+    # every manifest shoal writes has its step and its job's fingerprint: one without either
+    # is damaged (skipped, as a bad checksum is), not proof of another job
     if not isinstance(manifest, dict) or manifest.get("step") != step:
         _warn(f"skipping checkpoint {manifest_path}: not a shoal checkpoint manifest")
         return None
-    theirs = str(manifest.get("fingerprint"))
+    theirs = manifest.get("fingerprint")
+    if not isinstance(theirs, str):
+        _warn(f"skipping checkpoint {manifest_path}: its manifest has no job fingerprint")
+        return None
     if fingerprint is not None and theirs != fingerprint:
         raise UserError(
             f"checkpoint {manifest_path} belongs to a different job "

@@ -62,6 +62,28 @@ def test_damaged_checkpoint_is_skipped_with_a_warning(tmp_path, damage):
     assert step == 5 and len(record) == 1 and "\n" not in str(record[0].message)
 
 
+@pytest.mark.parametrize("fingerprint", ["missing", None, 7, ["f"]])
+def test_a_manifest_without_a_fingerprint_is_skipped_not_taken_for_another_job(
+    tmp_path, fingerprint
+):
+    """It was refused as "a different job (fingerprint None ...)": the whole resume failed,
+    though the checkpoint before it was whole and this job's."""
+    import json
+
+    save_checkpoint(str(tmp_path), 5, state(5), FP)
+    save_checkpoint(str(tmp_path), 10, state(10), FP)
+    manifest = tmp_path / "ckpt-000000010.json"
+    fields = json.loads(manifest.read_text())
+    if fingerprint == "missing":
+        del fields["fingerprint"]
+    else:
+        fields["fingerprint"] = fingerprint
+    manifest.write_text(json.dumps(fields))
+    with pytest.warns(UserWarning, match="its manifest has no job fingerprint") as record:
+        step, _ = load_latest(str(tmp_path), FP)
+    assert step == 5 and len(record) == 1
+
+
 def test_checkpoint_of_another_job_is_refused(tmp_path):
     save_checkpoint(str(tmp_path), 5, state(5), FP)
     with pytest.raises(UserError, match="belongs to a different job"):
