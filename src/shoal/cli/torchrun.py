@@ -37,6 +37,6 @@ def _torchrun(args: argparse.Namespace) -> int:
     # what `shoal run` checks before any worker starts, each worker would refuse too (the agent
     # restarting them --max-restarts times first)
     config = parse_config(job_argv(torchrun_args))
-    check_job(config)
-    check_before_agent(config, agent_run_id(torchrun_args, max_nodes))
+    job = check_job(config)
+    check_before_agent(config, agent_run_id(torchrun_args, max_nodes), job)
     return launch(torchrun_args)

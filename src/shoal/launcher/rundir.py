@@ -127,10 +127,10 @@ def finished_result(out: pathlib.Path, result_name: str, steps: int) -> dict | N
     return None
 
 
-def config_fingerprint(config: RunConfig) -> str:
+def config_fingerprint(config: RunConfig, job=None) -> str:
     """The fingerprint the workers of `config` compute (`outputs.job_fingerprint`), from the job
-    and its model built here as a worker builds them."""
-    job = load_job(config)
+    (`job`, if the caller built it already) and its model built here as a worker builds them."""
+    job = load_job(config) if job is None else job
     options = parse_options(list(config.options))
     model = built_model(job, "cpu")  # a bad one is refused here, in one line
     return job_fingerprint(

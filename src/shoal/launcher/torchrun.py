@@ -54,14 +54,15 @@ def check_fresh_start(config: RunConfig, run_id: str | None) -> None:
         )
 
 
-def check_before_agent(config: RunConfig, run_id: str | None) -> None:
+def check_before_agent(config: RunConfig, run_id: str | None, job) -> None:
     """What `shoal torchrun` refuses about the run directory before the agent starts, where each
     worker would refuse it only after the group formed, and again after each of the agent's
     --max-restarts: another run's checkpoints without --resume, and with it a directory with
     no usable checkpoint of this job (another job's, or only corrupt ones), as `shoal run`
-    does. The workers check again as they load (plain torchrun has no front)."""
+    does (`job`: the job, built by `check_job`). The workers check again as they load (plain
+    torchrun has no front)."""
     if config.resume:
-        check_resumable(checkpoint_dir(config), config_fingerprint(config))
+        check_resumable(checkpoint_dir(config), config_fingerprint(config, job))
     else:
         check_fresh_start(config, run_id)
 
