@@ -136,6 +136,54 @@ class GoodputModel:
                 seconds += (b - a) / rate
         return (end - start) / seconds
 
+    def progress_after(self, batch_size: float, steps: float) -> float:
+        """The progress that `steps` steps at a fixed `batch_size` reach from the start.
+
+        The inverse of `segment_rate`'s integral: per piece between the curve's measured points,
+        a step makes the gain of the piece's midpoint. A trace that names a job by steps (or by
+        seconds on an allocation) thus gets exactly that many steps: early in training a step
+        gains far less than on average (yolov3 at 8 x its initial batch: 1.0 at the start, 7.2
+        over the curve), so a short job priced at the curve's mean gain ran several times its
+        steps.
+        """
+        cum = self._cumulative_steps(batch_size)
+        cuts = [0.0, *self.profile.grad_progress]
+        i = bisect.bisect_right(cum, steps)
+        if i == len(cum):  # past the curve: its last statistics hold
+            return cuts[-1] + (steps - cum[-1]) * self._gain_at(batch_size, cuts[-1])
+        a, b, left = cuts[i - 1], cuts[i], steps - cum[i - 1]
+
+        def excess(x: float) -> float:  # > 0 past the answer (more steps than `left`)
+            return (x - a) / self._gain_at(batch_size, (a + x) / 2) - left
+
+        lo, hi, f_lo, f_hi = a, b, -left, excess(b)
+        for _ in range(100):  # false position (Illinois): a few evaluations on these curves
+            x = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+            f_x = excess(x)
+            if abs(f_x) <= 1e-12 * max(1.0, steps) or hi - lo <= 1e-12 * b:
+                return x
+            if (f_x > 0) == (f_hi > 0):
+                hi, f_hi, f_lo = x, f_x, f_lo / 2
+            else:
+                lo, f_lo, f_hi = x, f_x, f_hi / 2
+        return x
+
+    def _cumulative_steps(self, batch_size: float) -> list[float]:
+        """Steps at `batch_size` from the start to each measured point (0 at progress 0)."""
+        key = ("steps", batch_size)
+        hit = self._cache.get(key)
+        if hit is None:
+            cuts = [0.0, *self.profile.grad_progress]
+            hit = [0.0]
+            for a, b in zip(cuts, cuts[1:], strict=False):
+                hit.append(hit[-1] + (b - a) / self._gain_at(batch_size, (a + b) / 2))
+            self._cache[key] = hit
+        return hit
+
+    def _gain_at(self, batch_size: float, progress: float) -> float:
+        sqr, var = self.profile.grad_stats(progress, batch_size)
+        return gain(batch_size, self.profile.init_batch_size, sqr, var)
+
     def best_batch(
         self, counts: Counts, num_nodes: int, progress: float, candidates: int = 12
     ) -> tuple[float, float]:

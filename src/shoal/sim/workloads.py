@@ -10,7 +10,9 @@ Work. Pollux jobs train to the end of their application's measured validation ru
 job trains `epochs` over 1 % of its dataset (as EasyScale's simulator does) at batch
 `batch_size x max_parallelism`. A Philly job's work is calibrated so that on its requested number
 of GPUs of the reference kind, consolidated, at its batch size, it runs for its measured duration.
-Fixed-batch work is converted to progress with the application's mean gain r(S) over its curve.
+Fixed-batch work is converted to the progress that many steps reach from the start of the
+curve (`GoodputModel.progress_after`), so a job given alone its allocation takes its steps or
+its duration.
 """
 
 from __future__ import annotations
@@ -23,12 +25,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
 from shoal.cluster.nodes import MAX_GPUS
 from shoal.errors import UserError
 from shoal.perf.devices import load_devices
-from shoal.perf.goodput import gain, goodput_model
+from shoal.perf.goodput import goodput_model
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
 from shoal.sim.jobs import JobSpec
 from shoal.sim.simulator import MAX_TIME_S
@@ -50,14 +50,6 @@ EASYSCALE_EPOCH_SAMPLES = {"imagenet": 12800.0, "yolov3": 165.51, "bert": 886.41
 # Philly jobs get an application by their GPU-time, short jobs from small models.
 PHILLY_APPS_BY_GPU_HOURS = ((1.0, ("cifar10", "ncf")), (10.0, ("yolov3", "deepspeech2", "cifar10")))
 PHILLY_APPS_LONG = ("imagenet", "bert", "deepspeech2")
-
-
-@cache
-def mean_gain(app: str, batch_size: float) -> float:
-    """Mean r(S) over the training curve at `batch_size` (progress per step at a fixed batch)."""
-    p = load_profile(app)
-    stats = [p.grad_stats(x, batch_size) for x in p.grad_progress]
-    return float(np.mean([gain(batch_size, p.init_batch_size, s, v) for s, v in stats]))
 
 
 def _rows(path: Path):
@@ -186,7 +178,7 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
             app=app,
             requested_gpus=mp,
             batch_size=batch,
-            total_progress=steps * mean_gain(app, batch),
+            total_progress=goodput_model(app).progress_after(batch, steps),
             preferred_kind=kind,
             mixed_kinds_ok=het != 0,
         )
@@ -255,7 +247,7 @@ def sample_philly(
         batch = min(profile.max_batch_size, profile.init_batch_size * gpus)
         nodes = math.ceil(gpus / 4)
         step_s = model.step_time_s(((reference_kind, gpus),), nodes, batch)
-        progress = max(duration, 1.0) / step_s * mean_gain(app, batch)
+        progress = model.progress_after(batch, max(duration, 1.0) / step_s)
         jobs.append(JobSpec(f"philly-{lineno}", ts - t0, app, gpus, int(batch), progress))
     return jobs
 
