@@ -89,7 +89,7 @@ def _config_value(text: str) -> Any:
     from shoal.json_input import loads
 
     try:
-        return loads(text)  # ints, floats, true/false
+        return loads(text, finite=True)  # ints, floats (1e400 refused), true/false
     except json.JSONDecodeError:
         return text
 
