@@ -42,7 +42,7 @@ PS_PRICES_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
 KindCheck = Callable[[str], None]  # a worker kind -> None, or UserError if it cannot be used
 
 _ITEM = re.compile(
-    r"(?:(?P<count>\d+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
+    r"(?:(?P<count>[0-9]+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
     r"(?:@(?P<region>[A-Za-z0-9-]+))?"
     r"(?::(?P<tier>[a-z_-]+)(?:=(?P<price>[0-9.]+))?)?"
 )
