@@ -272,5 +272,7 @@ class ProviderConfig:
                 lo, hi = float(a), float(b)
             except ValueError:
                 raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None
+            if not (math.isfinite(lo) and math.isfinite(hi)):  # 1e400: an outage never over
+                raise UserError(f"--outage {item}: A and B must be finite (emulated seconds)")
             out.append((*_kind_tier(key, "--outage"), lo, hi))
         return tuple(out)
