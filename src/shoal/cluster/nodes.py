@@ -79,7 +79,10 @@ def parse_cluster(spec: str) -> ClusterSpec:
     text = PRESETS.get(spec, spec)
     kinds = load_devices()
     groups = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
+    items = [s.strip() for s in text.split(",")] if text.strip() else []
+    for position, item in enumerate(items, start=1):
+        if not item:  # a stray comma, or a group left out: refused, as --workers does
+            raise UserError(f"cluster spec {spec!r}: item {position} is empty")
         match = _ITEM.fullmatch(item)
         if not match:
             raise UserError(
