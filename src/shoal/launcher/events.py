@@ -52,6 +52,17 @@ class Event:
         return elapsed_s >= self.at_s
 
 
+def named(events: list[Event], first: int = 3) -> str:
+    """Events as one warning names them: `event 'step 9: kill w1'`, or their count and the
+    first few, `40 events ('step 9: kill w1', ... and 37 more)` (a file of many events past
+    --steps printed a warning per event)."""
+    if len(events) == 1:
+        return f"event '{events[0]}'"
+    shown = ", ".join(f"'{e}'" for e in events[:first])
+    more = f" and {len(events) - first} more" if len(events) > first else ""
+    return f"{len(events)} events ({shown}{more})"
+
+
 def _is_file(text: str) -> bool:
     try:
         return pathlib.Path(text).is_file()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from shoal.config import RunConfig
 from shoal.errors import UserError, user_code_error
 from shoal.job import build_job, load_job_file, parse_options
-from shoal.launcher.events import Event
+from shoal.launcher.events import Event, named
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.batching import check_batch, policy_for
@@ -212,8 +212,8 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     speeds = check_run(spec)
     spec = with_implied_reference(spec)
     never = unreachable_events(spec)
-    for e in never:
-        sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
+    if never:  # one line, however many
+        sys.stderr.write(f"shoal: warning: {named(never)} can never fire\n")
     # and they are not queued: a step event due at --steps was tried once the workers had gone
     spec = dataclasses.replace(spec, events=[e for e in spec.events if e not in never])
     driver = provider_driver(spec, speeds)
