@@ -154,11 +154,8 @@ def test_events_that_cannot_fire_are_one_warning(monkeypatch, capsys):
     import shoal.launcher.spec as spec_module
     from shoal.launcher.supervisor import Controller
 
-    monkeypatch.setattr(spec_module, "check_run", lambda spec: None)
-    queued = []
-    monkeypatch.setattr(
-        shoal.launcher.rundir, "run_in_directory", lambda config, run: queued.append(1) or {}
-    )
+    monkeypatch.setattr(spec_module, "check_run", lambda spec: (None, None))
+    monkeypatch.setattr(shoal.launcher.rundir, "run_in_directory", lambda config, run, job: {})
     events = parse_events("; ".join(f"step {n}: kill 0" for n in range(10, 60)))
     for given, told in [
         (events[:1], "event 'step 10: kill w0' can never fire"),
