@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import pathlib
 import sys
 from collections.abc import Callable
@@ -187,8 +188,10 @@ def build_job(make_job: Callable[..., Job], options: dict[str, Any], seed: int |
     return job
 
 
-def parse_options(items: list[str]) -> dict[str, Any]:
-    """Parse ``key=value`` pairs; values are Python literals when they parse, else strings."""
+def parse_options(items: list[str], flag: str = "-o") -> dict[str, Any]:
+    """Parse ``key=value`` pairs; values are Python literals when they parse, else strings. A
+    number literal past a float's range (1e400, which Python reads as inf) is refused, naming
+    the item after `flag`; the words inf and nan are no literals: they stay strings."""
     import ast
 
     options: dict[str, Any] = {}
@@ -200,4 +203,19 @@ def parse_options(items: list[str]) -> dict[str, Any]:
             options[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             options[key] = value
+            continue
+        if not _finite(options[key]):
+            shown = item if len(item) <= 60 else f"{item[:57]}..."
+            raise UserError(f"{flag} {shown}: a number out of range (a float's limit is 1.8e308)")
     return options
+
+
+def _finite(value: Any) -> bool:
+    """No number in `value` (or in the containers it nests) is infinite or NaN."""
+    if isinstance(value, float | complex):
+        return all(math.isfinite(x) for x in (value.real, value.imag))
+    if isinstance(value, dict):
+        return all(_finite(k) and _finite(v) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(_finite(v) for v in value)
+    return True

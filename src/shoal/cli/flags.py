@@ -13,7 +13,18 @@ import argparse
 import dataclasses
 from typing import Any
 
-_TYPES = {"int": int, "float": float, "str": str}
+
+def ascii_int(text: str) -> int:
+    """An integer flag's value: int() without the digits of other scripts (int('２') is 2)."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (ASCII digits only)")
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+
+
+_TYPES = {"int": ascii_int, "float": float, "str": str}
 
 
 class HelpFormatter(argparse.HelpFormatter):

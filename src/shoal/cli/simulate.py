@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shoal.cli.flags import ascii_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--seed",
-        type=int,
+        type=ascii_int,
         default=0,
         help="seed of the spot revocations and of a Philly sample without its own",
     )
@@ -80,15 +82,18 @@ def _register_transient(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--runs",
-        type=int,
+        type=ascii_int,
         default=200,
         help="seeded runs to average (at most 1,000,000, and runs x servers at most 1,000,000)",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the revocations (run i draws from (seed, i))"
+        "--seed",
+        type=ascii_int,
+        default=0,
+        help="seed of the revocations (run i draws from (seed, i))",
     )
     p.add_argument(
-        "--steps", type=int, default=64000, help="training steps per run (at most 10^12)"
+        "--steps", type=ascii_int, default=64000, help="training steps per run (at most 10^12)"
     )
     p.add_argument(
         "--fit",

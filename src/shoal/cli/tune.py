@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from shoal.cli.flags import ascii_int
 from shoal.errors import UserError
 
 _MODELS = ("gpt2", "bert", "llama", "wideresnet")
@@ -40,21 +41,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="peak memory cap per process in MiB (resident set size on CPU, max allocated on CUDA)",
     )
-    p.add_argument("--trials", type=int, default=12, help="trial budget (default 12)")
+    p.add_argument("--trials", type=ascii_int, default=12, help="trial budget (default 12)")
     p.add_argument("--batch-sizes", default="1,2,4,8", help="micro-batch sizes to try")
     p.add_argument("--ckpt-ratios", default="0,0.5,1", help="checkpointed fractions to try")
     p.add_argument("--fusion", default="off,on", help="fusion settings to try: off, on, or off,on")
-    p.add_argument("--seq-len", type=int, default=64, help="tokens per sample (image side: CNN)")
-    p.add_argument("--steps", type=int, default=3, help="timed training steps per trial")
-    p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps per trial")
+    p.add_argument(
+        "--seq-len", type=ascii_int, default=64, help="tokens per sample (image side: CNN)"
+    )
+    p.add_argument("--steps", type=ascii_int, default=3, help="timed training steps per trial")
+    p.add_argument("--warmup-steps", type=ascii_int, default=1, help="untimed steps per trial")
     p.add_argument(
         "--world-size",
-        type=int,
+        type=ascii_int,
         default=1,
         help="tensor-parallel processes (gloo; at most 8 per CPU core, 16 at least)",
     )
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where trials run")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: auto)")
+    p.add_argument(
+        "--threads", type=ascii_int, default=0, help="torch threads per process (0: auto)"
+    )
     p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
     p.add_argument(
         "--objective",
@@ -62,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="throughput",
         help="maximize samples/s (default) or samples per CPU second (steadier on a busy machine)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler and the model")
+    p.add_argument("--seed", type=ascii_int, default=0, help="seed of the sampler and the model")
     p.add_argument("--out", type=Path, default=None, help="write every trial to this JSON file")
     p.set_defaults(func=_tune)
 
@@ -89,7 +94,7 @@ def _config_value(text: str) -> Any:
     from shoal.json_input import loads
 
     try:
-        return loads(text)  # ints, floats, true/false
+        return loads(text, finite=True)  # ints, floats (1e400 refused), true/false
     except json.JSONDecodeError:
         return text
 

@@ -70,7 +70,8 @@ def spot_nodes(count: int, fraction: float) -> int:
 
 
 MAX_GPUS = 100_000  # the largest clusters built; the simulator's rounds are O(nodes)
-_ITEM = re.compile(r"(\d+)x(\d+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
+# [0-9], not \d: other scripts' digits are \d, and int() reads them ('２' is 2)
+_ITEM = re.compile(r"([0-9]+)x([0-9]+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
 
 
 def parse_cluster(spec: str) -> ClusterSpec:
@@ -78,7 +79,10 @@ def parse_cluster(spec: str) -> ClusterSpec:
     text = PRESETS.get(spec, spec)
     kinds = load_devices()
     groups = []
-    for item in (s.strip() for s in text.split(",") if s.strip()):
+    items = [s.strip() for s in text.split(",")] if text.strip() else []
+    for position, item in enumerate(items, start=1):
+        if not item:  # a stray comma, or a group left out: refused, as --workers does
+            raise UserError(f"cluster spec {spec!r}: item {position} is empty")
         match = _ITEM.fullmatch(item)
         if not match:
             raise UserError(

@@ -113,8 +113,8 @@ class EmulatedProvider:
             devices.check(key[0]), _check_tier(key[1])
         for kind, tier, start, stop in self.outages:
             devices.check(kind), _check_tier(tier)
-            if not 0 <= start <= stop:
-                raise UserError(f"outage of {kind}:{tier} needs 0 <= from <= to seconds")
+            if not 0 <= start <= stop < math.inf:
+                raise UserError(f"outage of {kind}:{tier} needs finite 0 <= from <= to seconds")
 
     def model(self, kind: str) -> RevocationModel:
         """The lifetime model of a spot server of `kind` (GCE's when none is named for it)."""

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from shoal.config.fields import at_least, option
 from shoal.errors import UserError
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h)?")
+# [0-9], not \d: other scripts' digits are \d, and int() and float() read them ('２' is 2)
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h)?")
 _UNITS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 TIER_NAMES = ("on_demand", "spot")
 
@@ -61,7 +62,7 @@ def split_tiers(workers: str) -> tuple[str, list[str]]:
         tier = tier.strip().lower().replace("-", "_") or "on_demand"
         if tier not in TIER_NAMES:
             raise UserError(f"--workers: bad tier in {item!r} (on_demand or spot)")
-        count = re.match(r"\s*(\d+)\s*[x*]", body)
+        count = re.match(r"\s*([0-9]+)\s*[x*]", body)
         tiers += [tier] * (int(count[1]) if count else 1)
         plain.append(body)
     return ",".join(plain), tiers
@@ -256,7 +257,7 @@ class ProviderConfig:
         out = {}
         for item in self.quota:
             key, _, n = item.partition("=")
-            if not n.strip().isdigit():
+            if not (n.strip().isascii() and n.strip().isdigit()):  # int('²') fails
                 raise UserError(f"--quota: expected KIND:TIER=N, got {item!r}")
             out[_kind_tier(key, "--quota")] = int(n)
         return out
@@ -271,5 +272,7 @@ class ProviderConfig:
                 lo, hi = float(a), float(b)
             except ValueError:
                 raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None
+            if not (math.isfinite(lo) and math.isfinite(hi)):  # 1e400: an outage never over
+                raise UserError(f"--outage {item}: A and B must be finite (emulated seconds)")
             out.append((*_kind_tier(key, "--outage"), lo, hi))
         return tuple(out)

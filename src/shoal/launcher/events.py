@@ -22,9 +22,11 @@ from dataclasses import dataclass
 
 from shoal.errors import UserError
 
+# [0-9], not \d: other scripts' digits are \d, and int() reads them ('２' is 2)
 _ITEM = re.compile(
-    r"^(?:step\s+(?P<step>\d+)|at\s+(?P<at>\d+(?:\.\d+)?)\s*s)\s*:\s*"
-    r"(?P<action>kill|notice|leave|stall|add)\s+(?P<arg>\S+)(?:\s+(?P<deadline>\d+(?:\.\d+)?)\s*s)?$"
+    r"^(?:step\s+(?P<step>[0-9]+)|at\s+(?P<at>[0-9]+(?:\.[0-9]+)?)\s*s)\s*:\s*"
+    r"(?P<action>kill|notice|leave|stall|add)\s+(?P<arg>\S+)"
+    r"(?:\s+(?P<deadline>[0-9]+(?:\.[0-9]+)?)\s*s)?$"
 )
 
 
@@ -48,6 +50,17 @@ class Event:
         if self.step is not None:
             return steps_done >= self.step
         return elapsed_s >= self.at_s
+
+
+def named(events: list[Event], first: int = 3) -> str:
+    """Events as one warning names them: `event 'step 9: kill w1'`, or their count and the
+    first few, `40 events ('step 9: kill w1', ... and 37 more)` (a file of many events past
+    --steps printed a warning per event)."""
+    if len(events) == 1:
+        return f"event '{events[0]}'"
+    shown = ", ".join(f"'{e}'" for e in events[:first])
+    more = f" and {len(events) - first} more" if len(events) > first else ""
+    return f"{len(events)} events ({shown}{more})"
 
 
 def _is_file(text: str) -> bool:
@@ -102,7 +115,7 @@ def parse_events(text: str, source: str = "--events") -> list[Event]:
         if action == "add":
             kind = arg.lower()
         else:
-            if arg != "random" and not re.fullmatch(r"w?\d+", arg):
+            if arg != "random" and not re.fullmatch(r"w?[0-9]+", arg):
                 raise UserError(f"{source}: {where}: bad worker {arg!r}")
             worker = arg if arg == "random" else "w" + arg.lstrip("w")
         deadline = _seconds(m["deadline"], f"{source}: {where}")

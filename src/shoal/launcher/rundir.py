@@ -138,15 +138,15 @@ def config_fingerprint(config: RunConfig, job=None) -> str:
     )
 
 
-def check_same_job(out: pathlib.Path, result: dict, config: RunConfig) -> None:
+def check_same_job(out: pathlib.Path, result: dict, config: RunConfig, job=None) -> None:
     """A finished run's result.json belongs to one job: a resume with another job file, other
     options, seed, consistency mode, slow-link or adaptive batch settings is refused, with the
     checkpoint load's message. A result without a fingerprint (written before it had one) is
-    taken as it is."""
+    taken as it is. `job`: the job, if the caller built it already."""
     theirs = result.get("fingerprint")
     if not isinstance(theirs, str):
         return
-    ours = config_fingerprint(config)
+    ours = config_fingerprint(config, job)
     if theirs != ours:
         raise UserError(
             f"{out / RESULT_FILE} belongs to a different job "
@@ -232,10 +232,11 @@ def set_aside_earlier_results(out: pathlib.Path) -> None:
     )
 
 
-def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
+def run_in_directory(config: RunConfig, run: Callable[[], None], job=None) -> dict:
     """Run `run()` (the controller) holding the directory's lock; the run's result. A resume is
     checked first: a finished run of the same job is reported, not redone (another job's is an
-    error); unusable checkpoints, or another job's, are an error."""
+    error); unusable checkpoints, or another job's, are an error. `job`: the job, if the caller
+    built it already (`shoal run`'s check_run did; else the fingerprint builds it)."""
     out = pathlib.Path(config.out)
     check_entries(out, _ENTRIES + (_RESUME_ENTRIES if config.resume else ()))
     with RunLock(out), _sigterm_interrupts():
@@ -245,7 +246,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
             return json.loads((out / RESULT_FILE).read_text())
         done = finished_result(out, RESULT_FILE, config.steps)
         if done is not None:
-            check_same_job(out, done, config)
+            check_same_job(out, done, config, job)
             sys.stderr.write(
                 f"shoal: {out} already finished at step {done['final_step']} "
                 f"(--steps {config.steps}); nothing to do, nothing changed\n"
@@ -253,7 +254,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None]) -> dict:
             return {**done, "earlier": True}  # (not this command's: the CLI says so)
         # another job's checkpoint is refused here, before any worker starts (a worker would
         # refuse it too, but only after the group formed, and the console would show its fail)
-        step = check_resumable(checkpoint_dir(config), config_fingerprint(config))
+        step = check_resumable(checkpoint_dir(config), config_fingerprint(config, job))
         check_metrics(out / METRICS_FILE)
         sys.stderr.write(f"shoal: resuming {out} from the checkpoint of step {step}\n")
         with unchanged_if_failed(out):

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from shoal.config import RunConfig
 from shoal.errors import UserError, user_code_error
-from shoal.job import build_job, load_job_file, parse_options
-from shoal.launcher.events import Event
+from shoal.job import Job, build_job, load_job_file, parse_options
+from shoal.launcher.events import Event, named
 from shoal.perf.devices import load_devices
 from shoal.plan import plan_micro_batches
 from shoal.runtime.batching import check_batch, policy_for
@@ -91,8 +91,10 @@ def check_process_count(spec: RunSpec) -> None:
         check_local_processes("--max-servers", provider.max_servers)
 
 
-def check_run(spec: RunSpec) -> Speeds:
-    """Validate everything a worker would trip on, before any process starts."""
+def check_run(spec: RunSpec) -> tuple[Speeds, Job]:
+    """Validate everything a worker would trip on, before any process starts. Returns the
+    speeds and the job it built (the rest of the launch takes it: the job file's code runs
+    once)."""
     config = spec.config  # its own fields are checked already (RunConfig.__post_init__)
     if not spec.kinds:
         raise UserError("--workers names no worker")
@@ -121,9 +123,10 @@ def check_run(spec: RunSpec) -> Speeds:
     kinds |= {devices.check(k) for k in config.provider.kind_list}  # what a scaler may buy
     speed = {k: devices.workload_speed(devices.kind(k).name, job.workload) for k in kinds}
     fastest = max(speed.values())
-    return Speeds(
+    speeds = Speeds(
         {k: fastest / s for k, s in speed.items()}, {k: 1.0 / s for k, s in speed.items()}
     )
+    return speeds, job
 
 
 def check_job(config: RunConfig):
@@ -209,17 +212,17 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     from shoal.launcher.rundir import run_in_directory
     from shoal.launcher.supervisor import Controller
 
-    speeds = check_run(spec)
+    speeds, job = check_run(spec)
     spec = with_implied_reference(spec)
     never = unreachable_events(spec)
-    for e in never:
-        sys.stderr.write(f"shoal: warning: event '{e}' can never fire\n")
+    if never:  # one line, however many
+        sys.stderr.write(f"shoal: warning: {named(never)} can never fire\n")
     # and they are not queued: a step event due at --steps was tried once the workers had gone
     spec = dataclasses.replace(spec, events=[e for e in spec.events if e not in never])
-    driver = provider_driver(spec, speeds)
+    driver = provider_driver(spec, speeds, job)
     # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
     run = lambda: Controller(spec, speeds, show_progress, verbose, driver).run()  # noqa: E731
-    return run_in_directory(spec.config, run)
+    return run_in_directory(spec.config, run, job)
 
 
 def with_implied_reference(spec: RunSpec) -> RunSpec:
@@ -233,10 +236,10 @@ def with_implied_reference(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, config=dataclasses.replace(spec.config, batch=batch))
 
 
-def provider_driver(spec: RunSpec, speeds: Speeds):
-    """With `--provider`: check the provider and the goal (timing a few micro-batches of the job
-    on this host, the speed an impossible deadline is judged by) and return what builds the
-    controller's `autoscale.Driver`; None without a provider."""
+def provider_driver(spec: RunSpec, speeds: Speeds, job: Job):
+    """With `--provider`: check the provider and the goal (timing a few micro-batches of `job`,
+    as check_run built it, on this host, the speed an impossible deadline is judged by) and
+    return what builds the controller's `autoscale.Driver`; None without a provider."""
     if not spec.config.provider.name:
         return None
     from shoal.cluster.provider import provider_from_config
@@ -244,7 +247,6 @@ def provider_driver(spec: RunSpec, speeds: Speeds):
     from shoal.launcher.hostspeed import estimate_host_s
 
     provider_from_config(spec.config.provider)  # an unknown kind, a bad trace: nothing timed yet
-    job = load_job(spec.config)
     host_s = estimate_host_s(job, spec.config) if spec.config.provider.autoscale else None
     check_provider(spec, speeds, job, host_s)
     return lambda ctl: Driver(spec, speeds, host_s, job, ctl)

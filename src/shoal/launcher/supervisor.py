@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from shoal.console import Progress
 from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
+from shoal.launcher.events import named
 from shoal.launcher.generations import Generations
 from shoal.launcher.rundir import next_number, resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds, local_worker_limit
@@ -317,9 +318,9 @@ class Controller(Generations):
 
     def report_unused(self) -> None:
         """Say what the run ended without: events that never fired, workers never admitted."""
-        for e in self.pending:
+        if self.pending:  # one line, however many
             sys.stderr.write(
-                f"shoal: warning: event '{e}' never fired: the run ended at step "
+                f"shoal: warning: {named(self.pending)} never fired: the run ended at step "
                 f"{self.steps_done}\n"
             )
         for w in self.workers.values():

@@ -105,10 +105,13 @@ class DeviceTable:
         """Parse a worker spec such as ``v100,k80,k80`` or ``2xv100,k80`` into kind names."""
         kinds: list[str] = []
         for item in (s.strip() for s in spec.split(",")):
-            match = re.fullmatch(r"(?:(\d+)\s*[x*]\s*)?([A-Za-z0-9_-]+)", item)
+            # [0-9], not \d: other scripts' digits are \d, and int() reads them ('２' is 2)
+            match = re.fullmatch(r"(?:([0-9]+)\s*[x*]\s*)?([A-Za-z0-9_-]+)", item)
             if not match:
                 tier = ":spot" in item or ":on_demand" in item or ":on-demand" in item
                 hint = "; a :TIER needs --provider local" if tier else ""
+                if any(c.isdigit() and not c.isascii() for c in item):
+                    hint = "; N in ASCII digits"
                 raise UserError(f"bad worker spec item {item!r} (expected KIND or NxKIND{hint})")
             count = int(match.group(1) or 1)
             if count < 1:

@@ -52,7 +52,7 @@ def policy_for(config: BatchConfig, job: Job, consistency: str = "exact") -> Bat
     `batch_options`. UserError (one line) on bad input."""
     params = dict(job.batch_options)
     named = {k: params.pop(k) for k in _NAMED if k in params}
-    params.update(parse_options(list(config.options)))
+    params.update(parse_options(list(config.options), "--batch-option"))
     name = policy_name(config, job)
     policy = make_policy(
         name,

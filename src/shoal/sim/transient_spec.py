@@ -8,6 +8,7 @@ KIND is a GPU kind of the device table (`shoal.perf.devices`) or `ps` for a para
 REGION a GCE region (or zone, whose region is taken) where the transient-server paper ran or
 measured lifetimes; TIER `spot` or `on_demand` (default on_demand); the price defaults to the
 device table's for the kind and tier (the paper's Table I; `ps`: 4 vCPU, 0.143 / 0.041 $/h).
+KIND, REGION and TIER are in any case: `2xK80@US-EAST1:SPOT` is `2xk80@us-east1:spot`.
 Example: `4xk80@us-east1:spot,1xv100@us-west1,ps@us-east1`. The first GPU worker listed is the
 chief (the paper's master, which checkpoints). With no `ps` item one on-demand parameter server
 runs in the chief's region; `0xps` means none, for one worker that updates its own parameters
@@ -42,9 +43,9 @@ PS_PRICES_USD_PER_HOUR = {"on_demand": 0.143, "spot": 0.041}
 KindCheck = Callable[[str], None]  # a worker kind -> None, or UserError if it cannot be used
 
 _ITEM = re.compile(
-    r"(?:(?P<count>\d+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
+    r"(?:(?P<count>[0-9]+)\s*[x*]\s*)?(?P<kind>[A-Za-z0-9_]+)"
     r"(?:@(?P<region>[A-Za-z0-9-]+))?"
-    r"(?::(?P<tier>[a-z_-]+)(?:=(?P<price>[0-9.]+))?)?"
+    r"(?::(?P<tier>[A-Za-z_-]+)(?:=(?P<price>[0-9.]+))?)?"
 )
 
 
@@ -100,7 +101,7 @@ def _parse_item(item: str) -> list[Server | None]:
         raise UserError(f"bad server count in {item!r} (1 to {MAX_SERVERS:,})")
     if kind != PS_KIND:
         kind = load_devices().check(kind)
-    tier = (match["tier"] or "on_demand").replace("-", "_")
+    tier = (match["tier"] or "on_demand").lower().replace("-", "_")  # as the kind, the region
     if tier not in TIERS:
         raise UserError(f"unknown tier {match['tier']!r} (known: {', '.join(TIERS)})")
     if match["price"] is not None:

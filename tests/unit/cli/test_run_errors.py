@@ -173,3 +173,30 @@ def test_a_slow_link_setting_without_its_mode_is_one_line_and_exit_2(
     assert cli([DIGITS, "--steps", "2", "--out", out, *extra]) == 2
     assert capsys.readouterr().err == f"shoal: error: {message}\n"
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    "item", ["lr=1e400", "lr=-1e999", "lr=[0.1, 1e400]", "lr={'a': 1e400}", "lr=1e400j"]
+)
+def test_job_option_past_a_floats_range_is_refused(capsys, tmp_path, item):
+    """A number literal past a float's range reached make_job as inf; refused before any worker
+    (the --resume of no directory, checked after the job, is not reached)."""
+    from shoal.errors import UserError
+    from shoal.job import parse_options
+
+    with pytest.raises(UserError, match=r"^-o lr=.*: a number out of range"):
+        parse_options([item])
+    code, err = run(capsys, DIGITS, "--workers", "v100", "--steps", "2", "-o", item,
+                    "--resume", str(tmp_path / "none"))  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"shoal: error: -o {item}: a number out of range")
+    # the words are no literal: a string, as before; a number in range is a number
+    assert parse_options(["lr=inf", "x=nan", "y=1e308"]) == {"lr": "inf", "x": "nan", "y": 1e308}
+
+
+def test_batch_option_past_a_floats_range_names_its_flag(capsys, tmp_path):
+    policy = ["--batch-policy", "jabas", "--batch-option", "gamma=1e400"]
+    none = str(tmp_path / "none")
+    code, err = run(capsys, DIGITS, "--workers", "v100", "--steps", "2", *policy, "--resume", none)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("shoal: error: --batch-option gamma=1e400: a number out of range")

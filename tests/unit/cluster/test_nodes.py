@@ -36,3 +36,17 @@ def test_spot_fraction_rounds_half_up_per_group(nodes, fraction, spot):
 
 def test_spot_fraction_keeps_spot_groups_spot():
     assert _spot_nodes("3x4xt4:spot,3x4xk80", 0.0) == 3
+
+
+@pytest.mark.parametrize(
+    "spec, position", [("4x4xt4,,4x4xv100", 2), ("4x4xt4,", 2), (",4x4xt4", 1), ("4x4xt4, ,k", 2)]
+)
+def test_empty_items_are_refused(spec, position):
+    """They were skipped without a word (a missing group, a stray comma), where --workers
+    refuses an empty item."""
+    from shoal.errors import UserError
+
+    with pytest.raises(UserError, match=f"^cluster spec {spec!r}: item {position} is empty$"):
+        parse_cluster(spec)
+    with pytest.raises(UserError, match="^empty cluster spec$"):
+        parse_cluster(" ")

@@ -299,3 +299,15 @@ def test_a_trace_with_a_byte_order_mark_loads(tmp_path):
     path = tmp_path / "bom.csv"
     path.write_bytes("\ufeffk80,100\nk80,inf\n".encode())
     assert load_spot_trace(str(path))["k80"].lifetimes_s == (100.0, math.inf)
+
+
+@pytest.mark.parametrize("span", ["0-1e400", "1e400-1e400", "0-inf", "nan-10", "0-nan"])
+def test_outage_bounds_must_be_finite(span):
+    """END 1e400 (inf) was an outage that never ends, taken without a word."""
+    item = f"k80:spot:{span}"
+    with pytest.raises(UserError, match=f"^--outage {item}: A and B must be finite"):
+        ProviderConfig(name="local", kinds="k80", outages=(item,))
+    config = ProviderConfig(name="local", kinds="k80", outages=("k80:spot:0-1e300",))
+    assert config.outage_list == (("k80", "spot", 0.0, 1e300),)
+    with pytest.raises(UserError, match="^outage of k80:spot needs finite"):  # a scenario's
+        EmulatedProvider(("k80",), outages=(("k80", "spot", 0.0, math.inf),))

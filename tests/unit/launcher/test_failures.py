@@ -144,3 +144,36 @@ def test_a_stall_is_a_membership_line_and_a_console_line():
     line = MembershipEvent("stall", "w1", "v100", step=10, detail="SIGSTOP for 8s")
     assert MembershipEvent.from_json(line.to_json()) == line  # the schema knows the kind
     assert describe(line) == "step 10: w1 (v100) stalled: SIGSTOP for 8s"
+
+
+def test_events_that_cannot_fire_are_one_warning(monkeypatch, capsys):
+    """An --events file of many events past --steps printed a warning per event."""
+    from types import SimpleNamespace
+
+    import shoal.launcher.rundir
+    import shoal.launcher.spec as spec_module
+    from shoal.launcher.supervisor import Controller
+
+    monkeypatch.setattr(spec_module, "check_run", lambda spec: (None, None))
+    monkeypatch.setattr(shoal.launcher.rundir, "run_in_directory", lambda config, run, job: {})
+    events = parse_events("; ".join(f"step {n}: kill 0" for n in range(10, 60)))
+    for given, told in [
+        (events[:1], "event 'step 10: kill w0' can never fire"),
+        (
+            events,
+            "50 events ('step 10: kill w0', 'step 11: kill w0', 'step 12: kill w0' and 47 more) "
+            "can never fire",
+        ),
+    ]:
+        spec = RunSpec(RunConfig("job.py", 5, "out"), ["v100", "k80"], given)
+        spec_module.run_local(spec)
+        assert capsys.readouterr().err == f"shoal: warning: {told}\n"
+    # and the run's end: the events still pending when it ended
+    for given, told in [
+        (events[:1], "event 'step 10: kill w0' never fired"),
+        (events[:4], "4 events ('step 10: kill w0', 'step 11: kill w0', 'step 12: kill w0' and "
+                     "1 more) never fired"),
+        (events[:2], "2 events ('step 10: kill w0', 'step 11: kill w0') never fired"),
+    ]:  # fmt: skip
+        Controller.report_unused(SimpleNamespace(pending=given, steps_done=9, workers={}))
+        assert capsys.readouterr().err == f"shoal: warning: {told}: the run ended at step 9\n"

@@ -556,3 +556,37 @@ def test_resume_hint_gives_every_flag_the_run_was_given(tmp_path):
     local = dataclasses.replace(cfg, link=SlowLinkConfig(local_steps=4, outer_overlap=2))
     words = shlex.split(resume_hint(RunSpec(local, ["k80"])).split(" with: ", 1)[1])
     assert config_from_args(build_parser().parse_args(words[1:])).link == local.link
+
+
+@pytest.mark.parametrize("provider", [[], ["--provider", "local"]])
+@pytest.mark.parametrize("finished", [True, False])
+def test_shoal_run_resume_builds_the_job_once(tmp_path, capsys, finished, provider):
+    """`shoal run --resume` built the job in its checks, then again for the fingerprint of the
+    result or checkpoint (and once more for --provider): each a make_job of the user's."""
+    from shoal.cli import main
+    from shoal.launcher.rundir import config_fingerprint
+
+    calls = tmp_path / "calls"
+    job = tmp_path / "job.py"
+    job.write_text(
+        f"import runpy\n_digits = runpy.run_path({DIGITS!r})\n"
+        f"def make_job(**options):\n    with open({str(calls)!r}, 'a') as f:\n"
+        "        f.write('x')\n    return _digits['make_job'](**options)\n"
+    )
+    out = tmp_path / "run"
+    fingerprint = config_fingerprint(dataclasses.replace(config(out), job=str(job)))
+    if finished:  # a finished run of this job: reported, not redone
+        result = {"final_step": 10, "wall_time_s": 1.0, "samples_per_s": 1.0, "state_sha256": "a"}
+        (out / "checkpoints").mkdir(parents=True)
+        (out / "checkpoints" / "ckpt-00000010.json").write_text("{}")  # not read: finished
+        (out / "result.json").write_text(json.dumps({**result, "fingerprint": fingerprint}))
+    else:  # another job's checkpoint: refused before any worker starts
+        out.mkdir()
+        checkpoint(out, 4, fingerprint="0" * 64)
+    calls.unlink()
+    argv = ["run", str(job), "--workers", "k80", "--steps", "10", "--resume", str(out)]
+    code = main([*argv, *provider])
+    err = capsys.readouterr().err
+    assert code == (0 if finished else 2), err
+    assert ("nothing to do" if finished else "belongs to a different job") in err
+    assert calls.read_text() == "x"  # make_job ran once

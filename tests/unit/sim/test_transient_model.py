@@ -163,6 +163,18 @@ def test_cluster_spec():
     assert len(parse_cluster("2xv100@asia-east1:spot").servers) == 1  # default: one on-demand PS
 
 
+def test_cluster_spec_tier_and_region_are_case_insensitive_as_the_kind_is(tmp_path):
+    """`2xK80` was taken but `2xk80:SPOT` refused as a bad item."""
+    lower = parse_cluster("2xk80@us-east1:spot,ps@us-west1-b:on_demand=0.2")
+    assert parse_cluster("2xK80@US-EAST1:SPOT,PS@US-WEST1-B:ON_DEMAND=0.2") == lower
+    assert parse_cluster("2xk80:On-Demand") == parse_cluster("2xk80:on_demand")
+    path = tmp_path / "cluster.txt"
+    path.write_text("# upper case\n2xK80@US-EAST1:Spot\nPS@US-WEST1-B:ON_DEMAND=0.2\n")
+    assert parse_cluster(f"@{path}") == lower
+    with pytest.raises(UserError, match="unknown tier 'CHEAP'"):
+        parse_cluster("4xk80:CHEAP")
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

@@ -273,3 +273,17 @@ def test_cli_out_that_cannot_be_written_is_refused_before_any_trial(tmp_path, ca
     err = capsys.readouterr().err
     assert str(out if not under else blocker) in err and err.count("\n") == 1
     assert blocker.read_text() == "kept"
+
+
+@pytest.mark.parametrize("value", ["1e400", "-1e999", "[1, 1e400]"])
+def test_cli_config_number_past_a_floats_range_is_refused(value, capsys):
+    """llama's rope_theta=1e400 was taken as inf (its own check lets it through); the words
+    Infinity and NaN, which JSON's reader takes, are left to the model's checks."""
+    from shoal.cli.tune import parse_overrides
+
+    argv = ["tune", "--model", "llama", "--memory-cap-mb", "100", "--timeout-s", "0"]
+    assert main([*argv, "--config", f"rope_theta={value}"]) == 2
+    err = capsys.readouterr().err
+    expected = f"--config rope_theta={value}: a number out of range (a float's limit is 1.8e308)"
+    assert err == f"shoal: error: {expected}\n"
+    assert parse_overrides(["x=Infinity", "y=1e308"]) == {"x": float("inf"), "y": 1e308}

@@ -1,0 +1,99 @@
+"""Counts and numbers in the CLI's grammars are ASCII digits: Python's int() and the regex \\d
+also take other scripts' digits (int('２') == 2), so `--workers ２xt4` started two T4 workers
+and `step 5: kill ２` named a worker 'w２' that no worker is. Each is refused in one line."""
+
+import pathlib
+
+import pytest
+
+from shoal.cli import build_parser, main
+from shoal.config.provider import ProviderConfig
+from shoal.errors import UserError
+
+DIGITS = str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "digits.py")
+FULL_TWO = "\uff12"  # FULLWIDTH DIGIT TWO: int() reads 2
+ARABIC_TWO = "\u0662"  # ARABIC-INDIC DIGIT TWO
+
+
+@pytest.mark.parametrize("two", [FULL_TWO, ARABIC_TWO])
+def test_worker_counts(two):
+    from shoal.perf.devices import load_devices
+
+    with pytest.raises(UserError, match=f"^bad worker spec item '{two}xt4' .*; N in ASCII digits"):
+        load_devices().parse_workers(f"{two}xt4")
+    assert load_devices().parse_workers("2xt4") == ["t4", "t4"]
+
+
+def test_run_refuses_them_before_any_worker(tmp_path, capsys):
+    """(--resume of no directory is refused after --workers: no run would start either way)"""
+    none = str(tmp_path / "none")
+    argv = ["run", DIGITS, "--steps", "2", "--resume", none, "--workers"]
+    for workers in (f"{FULL_TWO}xk80", f"{FULL_TWO}xk80:spot --provider local".split()):
+        extra = [workers] if isinstance(workers, str) else workers
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"shoal: error: bad worker spec item '{FULL_TWO}xk80") and (
+            err.count("\n") == 1
+        )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", DIGITS, "--workers", "k80", "--out", "o", "--steps", FULL_TWO],
+        ["run", DIGITS, "--workers", "k80", "--out", "o", "--steps", "2", "--threads", ARABIC_TWO],
+        ["simulate", "--seed", FULL_TWO],
+        ["transient", "--cluster", "k80", "--runs", FULL_TWO],
+        ["demo", "--steps", FULL_TWO],
+        ["tune", "--memory-cap-mb", "100", "--trials", FULL_TWO],
+    ],
+)
+def test_integer_flags(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1
+    assert "invalid int value" in err and "ASCII digits" in err
+    args = build_parser().parse_args(
+        [a.replace(FULL_TWO, "2").replace(ARABIC_TWO, "2") for a in argv]
+    )
+    assert 2 in vars(args).values()  # ASCII digits as before
+
+
+def test_cluster_specs():
+    from shoal.cluster.nodes import parse_cluster
+    from shoal.sim.transient_spec import parse_cluster as transient_cluster
+
+    with pytest.raises(UserError, match=f"^bad cluster item '{FULL_TWO}x4xt4'"):
+        parse_cluster(f"{FULL_TWO}x4xt4")
+    with pytest.raises(UserError, match=f"bad cluster item '{FULL_TWO}xk80:spot'"):
+        transient_cluster(f"{FULL_TWO}xk80:spot")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        (f"step {FULL_TWO}: kill 1", "cannot parse"),
+        (f"step 5: kill {FULL_TWO}", "bad worker"),
+        (f"at {FULL_TWO}s: add k80", "cannot parse"),
+        (f"step 5: notice 1 {FULL_TWO}s", "cannot parse"),
+    ],
+)
+def test_events(text, needle):
+    from shoal.launcher.events import parse_events
+
+    with pytest.raises(UserError, match=f"^--events: item 1: {needle}"):
+        parse_events(text)
+
+
+@pytest.mark.parametrize(
+    "fields, needle",
+    [
+        ({"quota": ("k80:spot=" + FULL_TWO,)}, "--quota: expected KIND:TIER=N"),
+        ({"quota": ("k80:spot=\u00b2",)}, "--quota: expected KIND:TIER=N"),  # was int()'s words
+        ({"autoscale": True, "deadline": FULL_TWO + "h"}, "--deadline: expected a duration"),
+    ],
+)
+def test_provider_flags(fields, needle):
+    with pytest.raises(UserError, match=f"^{needle}"):
+        ProviderConfig(name="local", kinds="k80", **fields)
