@@ -149,9 +149,13 @@ class GoodputModel:
         cum = self._cumulative_steps(batch_size)
         cuts = [0.0, *self.profile.grad_progress]
         i = bisect.bisect_right(cum, steps)
-        if i == len(cum):  # past the curve: its last statistics hold
-            return cuts[-1] + (steps - cum[-1]) * self._gain_at(batch_size, cuts[-1])
-        a, b, left = cuts[i - 1], cuts[i], steps - cum[i - 1]
+        if i < len(cum):  # within the piece [cuts[i - 1], cuts[i]]
+            a, b, left = cuts[i - 1], cuts[i], steps - cum[i - 1]
+        else:  # past the curve's last point: a piece as long as it takes
+            a, left = cuts[-1], steps - cum[-1]
+            b = a + left * self._gain_at(batch_size, a) + 1.0
+            while (b - a) / self._gain_at(batch_size, (a + b) / 2) < left:
+                b += b - a
 
         def excess(x: float) -> float:  # > 0 past the answer (more steps than `left`)
             return (x - a) / self._gain_at(batch_size, (a + x) / 2) - left
@@ -167,6 +171,22 @@ class GoodputModel:
             else:
                 lo, f_lo, f_hi = x, f_x, f_hi / 2
         return x
+
+    def steps_between(self, batch_size: float, start: float, end: float) -> float:
+        """Steps at a fixed `batch_size` from progress `start` to `end`, as `segment_rate`
+        integrates them (per piece between the curve's measured points, at the gain of the
+        piece's midpoint): `progress_after`'s inverse from 0, and a job's exact remaining steps
+        from its progress to its own end (which is not the curve's end for a job of a trace)."""
+        if end <= start:
+            return 0.0
+        cuts = [0.0, *self.profile.grad_progress]
+        i, j = bisect.bisect_right(cuts, start), bisect.bisect_right(cuts, end)
+        if i == j:  # one piece, or both past the curve (where its last statistics hold)
+            return (end - start) / self._gain_at(batch_size, (start + end) / 2)
+        cum = self._cumulative_steps(batch_size)
+        first = (cuts[i] - start) / self._gain_at(batch_size, (start + cuts[i]) / 2)
+        last = (end - cuts[j - 1]) / self._gain_at(batch_size, (cuts[j - 1] + end) / 2)
+        return first + cum[j - 1] - cum[i] + last
 
     def _cumulative_steps(self, batch_size: float) -> list[float]:
         """Steps at `batch_size` from the start to each measured point (0 at progress 0)."""

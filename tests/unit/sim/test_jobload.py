@@ -4,7 +4,6 @@ import pytest
 
 from shoal.errors import UserError
 from shoal.perf.goodput import goodput_model
-from shoal.sim.policies.optimus import remaining_steps
 from shoal.sim.workloads import load_workload
 
 
@@ -35,6 +34,21 @@ def test_oracle_remaining_steps_match_the_model():
     total = model.profile.total_progress
     rate = model.segment_rate(counts, 1, batch, 0.0, total)
     steps = total / rate / model.step_time_s(counts, 1, batch)
-    assert remaining_steps(app, batch, 0.0) == pytest.approx(steps, rel=0.02)
-    assert remaining_steps(app, batch, total) == pytest.approx(0.0, abs=1e-9)
-    assert remaining_steps(app, batch, total / 2) < remaining_steps(app, batch, total / 4)
+    assert model.steps_between(batch, 0.0, total) == pytest.approx(steps, rel=1e-3)
+    assert model.steps_between(batch, total, total) == 0.0
+    half, quarter = (model.steps_between(batch, total / k, total) for k in (2, 4))
+    assert half < quarter
+
+
+@pytest.mark.parametrize("app", ["cifar10", "yolov3", "bert"])
+def test_oracle_counts_to_the_jobs_own_end(app):
+    # a trace's job ends where its steps take it, not at the curve's end: the steps left from
+    # any point are those to its own end, and add up across a split
+    model = goodput_model(app)
+    batch = model.profile.init_batch_size * 4
+    for steps in (50.0, 3_000.0, 10**6):
+        end = model.progress_after(batch, steps)
+        assert model.steps_between(batch, 0.0, end) == pytest.approx(steps, rel=1e-9)
+        mid = end / 3
+        split = model.steps_between(batch, 0.0, mid) + model.steps_between(batch, mid, end)
+        assert split == pytest.approx(steps, rel=2e-3)

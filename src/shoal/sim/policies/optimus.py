@@ -5,20 +5,20 @@ order, every active job gets one GPU while GPUs last; then GPUs go one at a time
 the largest marginal gain, the remaining time it saves: (step time on n GPUs - step time on n + 1)
 x remaining steps. The oracle is twofold, as in Pollux's simulator: step times are the measured
 ones (no online fit) and the remaining steps are exact, read off the job's own training curve at
-its batch size. A job's GPUs are bounded as Pollux's simulator bounds them (`max_replicas`:
-doubling from the most it has run on, at most 64; ncf 1). Jobs whose count is unchanged keep
-their placement; the others are placed, smallest first, on the nodes with most free GPUs, as
-the artifact's Optimus does. Rescaling is by checkpoint-restart. Step times assume one GPU kind
-(the profiled one), as Pollux's evaluation did.
+its batch size from its progress to its own end (`GoodputModel.steps_between`; a trace's job
+ends before or after the curve's end). A job's GPUs are bounded as Pollux's simulator bounds
+them (`max_replicas`: doubling from the most it has run on, at most 64; ncf 1). Jobs whose count
+is unchanged keep their placement; the others are placed, smallest first, on the nodes with most
+free GPUs, as the artifact's Optimus does. Rescaling is by checkpoint-restart. Step times assume
+one GPU kind (the profiled one), as Pollux's evaluation did.
 """
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from functools import cache
 
-from shoal.perf.goodput import gain, goodput_model
+from shoal.perf.goodput import goodput_model
 from shoal.perf.profiles import PROFILE_KIND
 from shoal.sim.jobs import JobRun
 from shoal.sim.policies.pollux import max_replicas
@@ -29,28 +29,6 @@ from shoal.sim.policy import ClusterView, Decision
 def step_time(app: str, batch: int, n: int, per_node: int) -> float:
     """Seconds per step of `app` at global `batch` on n consolidated profiled-kind GPUs."""
     return goodput_model(app).step_time_s(((PROFILE_KIND, n),), -(-n // per_node), batch)
-
-
-@cache
-def _steps_after(app: str, batch: int) -> tuple[list[float], list[float], list[float]]:
-    """Curve points, r(S) at each piece's midpoint, and the steps left from each point."""
-    profile = goodput_model(app).profile
-    points = [0.0, *profile.grad_progress]
-    gains = []
-    for a, b in zip(points, points[1:], strict=False):
-        sqr, var = profile.grad_stats((a + b) / 2, batch)
-        gains.append(gain(batch, profile.init_batch_size, sqr, var))
-    after = [0.0] * len(points)
-    for i in range(len(points) - 2, -1, -1):
-        after[i] = after[i + 1] + (points[i + 1] - points[i]) / gains[i]
-    return points, gains, after
-
-
-def remaining_steps(app: str, batch: int, progress: float) -> float:
-    """Exact steps to finish from `progress` at a fixed batch (the oracle)."""
-    points, gains, after = _steps_after(app, batch)
-    i = min(max(bisect.bisect_right(points, progress) - 1, 0), len(gains) - 1)
-    return after[i + 1] + max(points[i + 1] - progress, 0.0) / gains[i]
 
 
 @dataclass
@@ -78,7 +56,10 @@ class OptimusPolicy:
                 return 0.0
             app, batch = job.spec.app, job.spec.batch_size
             saved = step_time(app, batch, n, per_node) - step_time(app, batch, n + 1, per_node)
-            return saved * remaining_steps(app, batch, job.progress)
+            left_steps = goodput_model(app).steps_between(
+                batch, job.progress, job.spec.total_progress
+            )
+            return saved * left_steps
 
         gains = {j.name: marginal(j) for j in jobs}
         while left > 0 and gains and max(gains.values()) > 0:
