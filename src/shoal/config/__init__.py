@@ -194,7 +194,7 @@ class BatchConfig:
     def __post_init__(self) -> None:
         at_least(self.every, 1, "--batch-every")
         at_least(self.sync, 0, "--batch-sync")
-        if self.sync is not None and self.sync == math.inf:  # an exchange that never ends
+        if self.sync == math.inf:  # an exchange that never ends
             raise UserError(f"--batch-sync must be finite, got {self.sync}")
         object.__setattr__(self, "options", tuple(self.options))
 

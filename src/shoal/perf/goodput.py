@@ -52,10 +52,12 @@ class GoodputModel:
     profile: AppProfile = field(init=False)
     kinds: DeviceTable = field(init=False)
     _cache: dict = field(init=False, default_factory=dict, repr=False)
+    _cuts: list[float] = field(init=False, repr=False)  # 0 and the curve's measured points
 
     def __post_init__(self) -> None:
         self.profile = load_profile(self.app)
         self.kinds = load_devices()
+        self._cuts = [0.0, *self.profile.grad_progress]
 
     def effective_gpus(self, counts: Counts, parallelism: int | None = None) -> float:
         """K_eff in T4-equivalents; `parallelism` = a fixed number of indivisible units."""
@@ -102,9 +104,9 @@ class GoodputModel:
         """M0-iterations per second (goodput) on this placement at this batch size."""
         if not counts:
             return 0.0
-        sqr, var = self.profile.grad_stats(progress, batch_size)
-        r = gain(batch_size, self.profile.init_batch_size, sqr, var)
-        return r / self.step_time_s(counts, num_nodes, batch_size, parallelism)
+        return self._gain_at(batch_size, progress) / self.step_time_s(
+            counts, num_nodes, batch_size, parallelism
+        )
 
     def segment_rate(
         self,
@@ -147,7 +149,7 @@ class GoodputModel:
         steps.
         """
         cum = self._cumulative_steps(batch_size)
-        cuts = [0.0, *self.profile.grad_progress]
+        cuts = self._cuts
         i = bisect.bisect_right(cum, steps)
         if i < len(cum):  # within the piece [cuts[i - 1], cuts[i]]
             a, b, left = cuts[i - 1], cuts[i], steps - cum[i - 1]
@@ -179,7 +181,7 @@ class GoodputModel:
         from its progress to its own end (which is not the curve's end for a job of a trace)."""
         if end <= start:
             return 0.0
-        cuts = [0.0, *self.profile.grad_progress]
+        cuts = self._cuts
         i, j = bisect.bisect_right(cuts, start), bisect.bisect_right(cuts, end)
         if i == j:  # one piece, or both past the curve (where its last statistics hold)
             return (end - start) / self._gain_at(batch_size, (start + end) / 2)
@@ -193,7 +195,7 @@ class GoodputModel:
         key = ("steps", batch_size)
         hit = self._cache.get(key)
         if hit is None:
-            cuts = [0.0, *self.profile.grad_progress]
+            cuts = self._cuts
             hit = [0.0]
             for a, b in zip(cuts, cuts[1:], strict=False):
                 hit.append(hit[-1] + (b - a) / self._gain_at(batch_size, (a + b) / 2))

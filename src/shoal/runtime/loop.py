@@ -155,8 +155,9 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
     """Build the job and the model, then announce this worker to its membership."""
     options = parse_options(list(config.options))
     job = build_job(load_job_file(config.job), options, config.seed)
-    if RunConfig.from_env() is None and not under_front():  # plain torchrun: no launcher
-        # checked the flags with the job
+    # under plain torchrun no launcher checked the flags with the job (shoal run and shoal
+    # torchrun's front did)
+    if RunConfig.from_env() is None and not under_front():
         check_batch(config.batch, job, config.consistency, warn=os.environ.get("RANK", "0") == "0")
     out = outputs.prepare_out_dir(config.out)
     trainer = Trainer(
