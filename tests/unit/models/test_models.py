@@ -89,12 +89,23 @@ def test_bert_padding_mask_hides_padded_tokens():
 
 def test_rotary_preserves_norm_and_depends_on_relative_position():
     rope = RotaryEmbedding(head_dim=8, max_seq_len=16)
-    q = torch.randn(1, 1, 1, 8).expand(1, 1, 16, 8).contiguous()
-    k = torch.randn(1, 1, 1, 8).expand(1, 1, 16, 8).contiguous()
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 1, 8, generator=gen).expand(1, 1, 16, 8).contiguous()
+    k = torch.randn(1, 1, 1, 8, generator=gen).expand(1, 1, 16, 8).contiguous()
     qr, kr = rope(q, k)
     torch.testing.assert_close(qr.norm(dim=-1), q.norm(dim=-1))
-    scores = (qr[0, 0] @ kr[0, 0].T).diagonal(offset=3)  # q at t with k at t+3: same offset
-    torch.testing.assert_close(scores, scores[0].expand_as(scores))
+    scores = qr[0, 0] @ kr[0, 0].T
+    for offset in (-3, 0, 3):  # q at t with k at t+offset: the same score for every t
+        same = scores.diagonal(offset=offset)
+        torch.testing.assert_close(same, same[0].expand_as(same))
+    # ... and another score at another offset (no rotation at all would pass the above)
+    firsts = [float(scores.diagonal(offset=d)[0]) for d in (-3, 0, 3)]
+    assert min(abs(a - b) for a, b in [firsts[:2], firsts[1:], firsts[::2]]) > 1e-3, firsts
+    # the rotate-half layout: pair (i, i + 4) turns by t / 10000 ** (i / 4) at position t
+    z = torch.complex(q[0, 0, :, :4], q[0, 0, :, 4:])
+    angle = torch.arange(16.0)[:, None] / 10000.0 ** (torch.arange(4.0) / 4)
+    turned = z * torch.polar(torch.ones_like(angle), angle)
+    torch.testing.assert_close(qr[0, 0], torch.cat([turned.real, turned.imag], dim=-1))
 
 
 def test_wideresnet_depth_and_width():
