@@ -159,6 +159,11 @@ def test_unsupported_optimizer_warns_and_keeps_the_dense_step():
         assert lazy_step(torch.optim.RMSprop(params), params, SlowLinkConfig()) is None
     dense = SlowLinkConfig(compress="blocktopk:0.1", sparse_optim="dense")
     assert lazy_step(torch.optim.SGD(params, lr=0.1), params, dense) is None
+    # ... and a supported one under --compress gets the lazy step (each line above is None)
+    lazy = SlowLinkConfig(compress="blocktopk:0.1")
+    for supported in (torch.optim.SGD(params, lr=0.1), OPTIMIZERS["adamw"](params)):
+        assert supports(supported) is None
+        assert type(lazy_step(supported, params, lazy)) is LazyStep
     with pytest.raises(UserError, match="--sparse-optim"):
         SlowLinkConfig(sparse_optim="eager")
 
