@@ -8,6 +8,9 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = str(ROOT / "examples" / "digits.py")
+# `shoal run examples/digits.py --steps 30` on any layout (the invariant of the README); that it
+# is one worker's uninterrupted run in this process is test_failures.py's first test
+DIGITS_30 = "f3859b268b1fcf92f4b59402ab968f02878b23ebae60d0baedfe735b4b8179b5"
 
 
 def shoal_run(

@@ -12,10 +12,9 @@ import re
 
 import pytest
 
-from shoal_testing import metrics, shoal_run
+from shoal_testing import DIGITS_30, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
-DIGEST_30 = "f3859b268b1fcf92f4b59402ab968f02878b23ebae60d0baedfe735b4b8179b5"  # digits, 30 steps
 # p100s and k80s paced against a v100 of 0.08 s per micro-batch (a v100 would run at the host's
 # own speed): 30 steps outlast a replacement's process start-up, so it joins
 SLOW_HOST = {"SHOAL_EMULATED_HOST_S": "0.08"}
@@ -69,7 +68,7 @@ def test_revocation_with_notice_same_state_ledger_and_report(tmp_path):
              "--time-scale", "5", "--startup", "5", "--notice", "8",
              "--outage", "k80:spot:1-1e9"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env={"SHOAL_EMULATED_HOST_S": "0.03"})
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     assert [(x["server"], x["action"], x.get("cause")) for x in lines] == [
         (lines[0]["server"], "open", None),
@@ -108,7 +107,7 @@ def test_revoked_spot_server_is_replaced_same_state_and_ledger(tmp_path):
              "--provider-seed", str(seed), "--time-scale", "5", "--startup", "5",
              "--notice", "3"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     revoked = [x for x in lines if x["action"] == "close" and x["cause"] == "revoked"]
     assert [x["device"] for x in revoked] == ["k80"]
@@ -136,7 +135,7 @@ def test_scaler_joins_and_leaves_revocation_without_notice(tmp_path):
              "v100,p100,k80", "--spot-trace", str(trace), "--provider-seed", str(seed),
              "--time-scale", "5", "--startup", "5", "--notice", "none"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env=SLOW_HOST)
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     assert any(x["cause"] == "revoked" for x in lines if x["action"] == "close")
     events = [r for r in metrics(out) if r["kind"] == "membership"]
@@ -155,7 +154,7 @@ def test_out_of_capacity_falls_back_to_what_is_offered(tmp_path):
     flags = ["--provider", "local", "--autoscale", "--deadline", "1h", "--kinds", "v100,p100,k80",
              "--outage", "p100:spot:0-1e9", "--time-scale", "5", "--startup", "5"]  # fmt: skip
     result = shoal_run(out, "p100", 30, *flags, env=SLOW_HOST)
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     opened = [(x["device"], x["tier"]) for x in leases(out) if x["action"] == "open"]
     assert ("p100", "spot") not in opened
     assert len(set(opened)) > 1  # it fell back to another kind or tier
@@ -176,7 +175,7 @@ def test_every_spot_server_revoked_at_once_resumes_from_checkpoint(tmp_path):
              "--notice", "none", "--outage", "k80:spot:5-30",
              "--checkpoint-every", "2"]  # fmt: skip
     result = shoal_run(out, "2xk80:spot", 30, *flags, env=SLOW_HOST)
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     revoked = [x for x in lines if x["action"] == "close" and x["cause"] == "revoked"]
     assert len(revoked) == 2
@@ -206,7 +205,7 @@ def test_restart_recovery_resumes_every_worker_from_the_checkpoint(tmp_path):
              "--provider-seed", str(seed), "--time-scale", "5", "--startup", "2",
              "--recovery", "restart", "--checkpoint-every", "2"]  # fmt: skip
     result = shoal_run(out, "p100,k80:spot", 30, *flags, env={"SHOAL_EMULATED_HOST_S": "0.03"})
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     closes = [(x["device"], x["cause"]) for x in lines if x["action"] == "close"]
     assert closes[:2] == [("k80", "revoked"), ("p100", "released")]  # the whole job stops
@@ -237,7 +236,7 @@ def test_resume_continues_the_ledger(tmp_path):
     first = shoal_run(out, "p100,k80:spot", 20, *flags, env=env)
     before = leases(out)
     result = shoal_run(out, "p100,k80:spot", 30, *flags, "--resume", str(out), env=env)
-    assert result["state_sha256"] == DIGEST_30
+    assert result["state_sha256"] == DIGITS_30
     lines = leases(out)
     servers = [x["server"] for x in lines if x["action"] == "open"]
     assert len(servers) == 4 == len(set(servers))  # two per attempt, each billed once

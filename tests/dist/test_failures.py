@@ -10,11 +10,28 @@ import time
 
 import pytest
 
-from shoal_testing import DIGITS, metrics, shoal_run
+from shoal_testing import DIGITS, DIGITS_30, metrics, shoal_run
 
 pytestmark = pytest.mark.dist
-# `shoal run examples/digits.py --steps 30` on any layout (the invariant of the README)
-DIGITS_30 = "f3859b268b1fcf92f4b59402ab968f02878b23ebae60d0baedfe735b4b8179b5"
+
+
+def test_the_pinned_digest_is_the_uninterrupted_runs():
+    """DIGITS_30 was a digest copied from a run's output: derive it, as a worker runs it."""
+    import torch
+
+    from shoal.job import build_job, load_job_file
+    from shoal.runtime.state import state_sha256
+    from shoal.runtime.trainer import Trainer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the workers (--threads 1)
+    try:
+        trainer = Trainer(build_job(load_job_file(DIGITS), {}, None))
+        while trainer.step < 30:
+            trainer.train_step()
+        assert state_sha256(trainer.model, trainer.optimizer) == DIGITS_30
+    finally:
+        torch.set_num_threads(threads)
 
 
 def worker_pid(launcher: int, worker_id: str) -> int | None:
