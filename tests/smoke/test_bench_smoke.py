@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -331,8 +332,16 @@ def test_sim_transient():
 def test_sim_compare():
     rows = json_lines(run(["bench/sim_compare.py", "--cases", "2", "shoal"]).stdout)
     summaries = [r for r in rows if r.get("policy") == "shoal" and "runs" in r]
-    assert summaries and all(_positive(r["avg_jct_s_mean"]) for r in summaries)
-    assert all(r["runs"] == 2 and r["avg_jct_s_sd"] >= 0 for r in summaries)
+    assert {r["suite"] for r in summaries} == {"pollux", "philly-spot"}
+    assert all(_positive(r["avg_jct_s_mean"]) for r in summaries)
+    # each summary is the mean and standard deviation of its suite's two runs
+    for r in summaries:
+        runs = [x for x in rows if x.get("suite") == r["suite"] and "workload" in x]
+        assert r["runs"] == len(runs) == 2
+        for key in ("avg_jct_s", "total_cost_usd", "makespan_s"):
+            values = [x[key] for x in runs]
+            assert r[key + "_mean"] == round(statistics.mean(values), 1), (key, r)
+            assert r[key + "_sd"] == round(statistics.stdev(values), 1), (key, r)
 
 
 def test_sim_compare_one_case():
@@ -373,13 +382,36 @@ def test_schedule_ckpt():
 def test_schedule_progressive():
     argv = ["bench/schedule_progressive.py", "--memory-cap-mb", "100000", "--batch-sizes", "2"]
     (row,) = json_lines(run([*argv, *TINY_GPT, "--steps", "1"]).stdout)
-    assert row["bench"] == "schedule_progressive" and row["stages"]
+    assert row["bench"] == "schedule_progressive"
+    # four stages, each adding its feature; with one candidate batch size and a cap far above
+    # the tiny model, each stage measures that one size and it fits
+    stages = row["stages"]
+    assert [s["stage"] for s in stages] == [
+        "vanilla",
+        "+ fusion",
+        "+ checkpointing",
+        "+ tensor parallelism",
+    ]
+    assert [s["processes"] for s in stages] == [1, 1, 1, 2]
+    knobs = [[(t["micro_batch_size"], t["fusion"], t["ckpt_ratio"]) for t in s["trials"]]
+             for s in stages]  # fmt: skip
+    assert knobs == [[(2, False, 0.0)], [(2, True, 0.0)], [(2, True, 1.0)], [(2, True, 1.0)]]
+    for s in stages:
+        assert [t["status"] for t in s["trials"]] == ["ok"] and s["micro_batch_size"] == 2
+        assert 0 < s["peak_rss_mb_per_process"] <= 100000 and _positive(s["cpu_s_per_sample"])
+    assert stages[0]["speedup_vs_vanilla"] == 1.0
 
 
 def test_schedule_tp():
     (row,) = json_lines(run(["bench/schedule_tp.py", "--skip-throughput"]).stdout)
-    assert row["bench"] == "schedule_tp" and row["numerics"]
-    assert "throughput" not in row
+    assert row["bench"] == "schedule_tp" and "throughput" not in row
+    assert set(row["numerics"]) == {"gpt2", "bert", "llama", "wideresnet"}
+    for name, n in row["numerics"].items():
+        # the schedule shards some tensors over the 2 ranks, and computes what the
+        # unscheduled model computes (float32, up to the order of the sums)
+        assert n["sharded_tensors"] > 0 and n["params_per_rank"] < n["params_unsharded"], name
+        assert n["max_abs_out_diff"] <= 1e-4 * max(1.0, n["max_abs_out"]), (name, n)
+        assert n["max_abs_grad_diff"] <= 1e-4 * max(1.0, n["max_abs_grad"]), (name, n)
 
 
 def test_step_time():
