@@ -13,6 +13,7 @@ import math
 import os
 import re
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -331,8 +332,16 @@ def test_sim_transient():
 def test_sim_compare():
     rows = json_lines(run(["bench/sim_compare.py", "--cases", "2", "shoal"]).stdout)
     summaries = [r for r in rows if r.get("policy") == "shoal" and "runs" in r]
-    assert summaries and all(_positive(r["avg_jct_s_mean"]) for r in summaries)
-    assert all(r["runs"] == 2 and r["avg_jct_s_sd"] >= 0 for r in summaries)
+    assert {r["suite"] for r in summaries} == {"pollux", "philly-spot"}
+    assert all(_positive(r["avg_jct_s_mean"]) for r in summaries)
+    # each summary is the mean and standard deviation of its suite's two runs
+    for r in summaries:
+        runs = [x for x in rows if x.get("suite") == r["suite"] and "workload" in x]
+        assert r["runs"] == len(runs) == 2
+        for key in ("avg_jct_s", "total_cost_usd", "makespan_s"):
+            values = [x[key] for x in runs]
+            assert r[key + "_mean"] == round(statistics.mean(values), 1), (key, r)
+            assert r[key + "_sd"] == round(statistics.stdev(values), 1), (key, r)
 
 
 def test_sim_compare_one_case():
@@ -373,13 +382,36 @@ def test_schedule_ckpt():
 def test_schedule_progressive():
     argv = ["bench/schedule_progressive.py", "--memory-cap-mb", "100000", "--batch-sizes", "2"]
     (row,) = json_lines(run([*argv, *TINY_GPT, "--steps", "1"]).stdout)
-    assert row["bench"] == "schedule_progressive" and row["stages"]
+    assert row["bench"] == "schedule_progressive"
+    # four stages, each adding its feature; with one candidate batch size and a cap far above
+    # the tiny model, each stage measures that one size and it fits
+    stages = row["stages"]
+    assert [s["stage"] for s in stages] == [
+        "vanilla",
+        "+ fusion",
+        "+ checkpointing",
+        "+ tensor parallelism",
+    ]
+    assert [s["processes"] for s in stages] == [1, 1, 1, 2]
+    knobs = [[(t["micro_batch_size"], t["fusion"], t["ckpt_ratio"]) for t in s["trials"]]
+             for s in stages]  # fmt: skip
+    assert knobs == [[(2, False, 0.0)], [(2, True, 0.0)], [(2, True, 1.0)], [(2, True, 1.0)]]
+    for s in stages:
+        assert [t["status"] for t in s["trials"]] == ["ok"] and s["micro_batch_size"] == 2
+        assert 0 < s["peak_rss_mb_per_process"] <= 100000 and _positive(s["cpu_s_per_sample"])
+    assert stages[0]["speedup_vs_vanilla"] == 1.0
 
 
 def test_schedule_tp():
     (row,) = json_lines(run(["bench/schedule_tp.py", "--skip-throughput"]).stdout)
-    assert row["bench"] == "schedule_tp" and row["numerics"]
-    assert "throughput" not in row
+    assert row["bench"] == "schedule_tp" and "throughput" not in row
+    assert set(row["numerics"]) == {"gpt2", "bert", "llama", "wideresnet"}
+    for name, n in row["numerics"].items():
+        # the schedule shards some tensors over the 2 ranks, and computes what the
+        # unscheduled model computes (float32, up to the order of the sums)
+        assert n["sharded_tensors"] > 0 and n["params_per_rank"] < n["params_unsharded"], name
+        assert n["max_abs_out_diff"] <= 1e-4 * max(1.0, n["max_abs_out"]), (name, n)
+        assert n["max_abs_grad_diff"] <= 1e-4 * max(1.0, n["max_abs_grad"]), (name, n)
 
 
 def test_step_time():
@@ -415,10 +447,18 @@ def test_report_screenshot(tmp_path):
 
 @pytest.mark.dist
 def test_recovery_shoal_side(tmp_path):
-    # shoal's side alone: a notice, a kill and a join in one short run
+    # shoal's side alone: a notice, a kill and (time allowing) a join in one short run
     argv = ["bench/recovery.py", "--sides", "shoal", "--repeats", "1", "--shoal-steps", "60"]
     (row,) = json_lines(run([*argv, "--out", str(tmp_path)], timeout=300).stdout)
     assert len(row["shoal_runs"]) == 1 and row["torchelastic_runs"] == []
+    # the scripted events, in order, each a regroup of the 4 workers' group: the notice (4 -> 3)
+    # and the kill (3 -> 2); the join at step 45 is admitted once the new worker has built its
+    # model, which 60 steps may not leave time for (the bench's default is 260 steps)
+    (events,) = row["shoal_runs"]
+    got = [(e["event"], e["workers"]) for e in events]
+    assert got in ([("notice", "4->3"), ("kill", "3->2")],
+                   [("notice", "4->3"), ("kill", "3->2"), ("join", "2->3")]), got  # fmt: skip
+    assert row["shoal_joins_admitted"] == len(events) - 2
     assert row["shoal_max_lost_steps"] is not None and row["shoal_max_lost_steps"] <= 1
     assert row["shoal_median_recovery_time_s"] > 0
 
@@ -437,6 +477,8 @@ def test_recovery_both_sides(tmp_path):
     (row,) = json_lines(proc.stdout)
     assert len(row["shoal_runs"]) == len(row["torchelastic_runs"]) == 1
     assert row["repeats"] == 1
+    (shoal,) = row["shoal_runs"]
+    assert [(e["event"], e["workers"]) for e in shoal][:2] == [("notice", "4->3"), ("kill", "3->2")]
 
 
 @pytest.mark.dist
@@ -474,4 +516,20 @@ def test_spot_savings_scaler_side(tmp_path):
     assert all(n <= scaler["initial"].get(key, 0) for key, n in restart["mix"].items())
     assert restart["state_sha256"] == scaler["state_sha256"]  # exact: the same training
     assert 0 <= restart["restarts"] <= restart["revocations"] and restart["lost_steps"] >= 0
-    assert summary["bench"] == "spot_savings" and summary["within_10_percent"] in (0, 1)
+    # the prediction's errors are the simulated over the live values
+    assert scaler["time_rel_err"] == scaler["sim_time_s"] / scaler["time_s"] - 1
+    assert scaler["cost_rel_err"] == scaler["sim_cost_usd"] / scaler["cost_usd"] - 1
+    # the summary is of these two rows (one seed): counts, sums and maxima over one run each
+    assert summary["bench"] == "spot_savings" and summary["seeds"] == [0]
+    close = abs(scaler["time_rel_err"]) <= 0.1 and abs(scaler["cost_rel_err"]) <= 0.1
+    assert summary["within_10_percent"] == int(close)
+    assert summary["time_rel_err_max"] == abs(scaler["time_rel_err"])
+    assert summary["cost_rel_err_max"] == abs(scaler["cost_rel_err"])
+    assert summary["scaler_revocations"] == scaler["revocations"]
+    assert summary["restart_revocations"] == restart["revocations"]
+    assert summary["restart_restarts"] == restart["restarts"]
+    per_restart = restart["lost_steps"] / max(1, restart["restarts"])
+    assert summary["restart_lost_steps_per_restart"] == per_restart
+    assert summary["scaler_met_deadline"] == int(scaler["time_s"] <= 2 * 3600)  # --smoke: 2 h
+    assert summary["restart_met_deadline"] == int(restart["time_s"] <= 2 * 3600)
+    assert summary["savings_vs_on_demand"] is None  # no on-demand side ran

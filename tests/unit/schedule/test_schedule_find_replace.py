@@ -178,11 +178,21 @@ def test_subgraph_replace_moves_first_pre_and_last_post_hooks():
     calls = []
     model.fc1.register_forward_pre_hook(lambda m, i: calls.append("pre"))
     model.act.register_forward_hook(lambda m, i, o: calls.append("post"))
+    old_fc1, old_act = model.fc1, model.act
     sch = slapo.create_schedule(model)
     (match,) = sch.find(GeluPattern())
-    new = sch.replace(Fused(nn.Linear(8, 16), nn.GELU()), match)
-    assert len(new.graph.owning_module._modules) >= 1
-    sch.mod(X)
+    fused = Fused(nn.Linear(8, 16), nn.GELU())
+    new = sch.replace(fused, match)
+    # fc1 -> act became one call of the new module, which feeds fc2; fc1 and act are gone
+    assert (new.op, new.target) == ("call_module", "Fused_0") and sch.mod.Fused_0 is fused
+    assert [user.target for user in new.users] == ["fc2"]
+    assert set(sch.child) == {"Fused_0", "fc2"}
+    # the hooks moved: fc1's pre hook and act's post hook are now the fused module's
+    has_hooks = slapo.hooks.has_hooks
+    assert not has_hooks(old_fc1) and not has_hooks(old_act)
+    assert has_hooks(fused, ("fwd_pre",)) and has_hooks(fused, ("fwd_post",))
+    expected = model.fc2(fused.act(fused.fc(X)))  # the parts, so that no hook fires
+    torch.testing.assert_close(sch.mod(X), expected)
     assert calls == ["pre", "post"]
 
 

@@ -1,5 +1,6 @@
 """The knob search, driven by a synthetic measurement so that the optimum is known."""
 
+import optuna
 import pytest
 
 from shoal.tune import SearchSpace, TrialOutcome, TrialSpec, tune
@@ -55,10 +56,23 @@ def test_grid_budget_finds_the_true_optimum_and_prunes_dominated_points():
         assert t.knobs() not in calls
 
 
-def test_small_budget_uses_tpe_and_never_measures_a_point_twice():
+def test_small_budget_uses_tpe_and_never_measures_a_point_twice(monkeypatch):
+    studies = []
+    create_study = optuna.create_study
+
+    def spy(*args, **kwargs):  # keep the study tune() creates, to see its sampler and trials
+        studies.append(create_study(*args, **kwargs))
+        return studies[-1]
+
+    monkeypatch.setattr(optuna, "create_study", spy)
     space = SearchSpace(micro_batch_sizes=(1, 2, 4, 8, 16), ckpt_ratios=(0.0, 0.25, 0.5, 1.0))
     calls = []
     result = tune(TrialSpec(), space, CAP, n_trials=12, seed=3, measure=_synthetic(calls))
+    [study] = studies
+    assert type(study.sampler) is optuna.samplers.TPESampler  # not grid, not random
+    # TPE proposed some point again (more proposals than distinct points), yet no point was
+    # measured twice
+    assert len(study.trials) > len(result.trials)
     assert len(calls) == len(set(calls)) <= 12
     assert len(result.trials) == 12  # the budget counts distinct configurations
     assert result.best is not None and result.best.peak_memory_mb <= CAP
