@@ -364,6 +364,28 @@ def test_sim_published():
         assert {"easyscale": "skipped: reference data absent"} in rows
 
 
+def test_goodput_steps():
+    rows = json_lines(run(["bench/goodput_steps.py", "--json"]).stdout)
+    tables = {t: [r for r in rows if r["table"] == t] for t in ("in-sample", "epochs", "held-out")}
+    apps = {"bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3"}
+    assert all({r["app"] for r in table} == apps for table in tables.values())
+    # the M0 runs define progress (a step there makes one iteration): the model reproduces them
+    smallest = {}
+    for r in tables["in-sample"]:
+        smallest.setdefault(r["app"], r)
+    assert all(abs(r["model_error"]) < 1e-3 for r in smallest.values())
+    # the finding of sim-fidelity.md section 11: yolov3's large batches take far too many steps,
+    # the first epoch being the cause (every later epoch within 1 % of r at its statistics)
+    worst = max(tables["in-sample"], key=lambda r: r["model_error"])
+    assert (worst["app"], worst["batch"]) == ("yolov3", 512) and worst["model_error"] > 0.5
+    assert max(r["first_epoch_measured_over_r"] for r in tables["epochs"]) > 5
+    assert all(r["later_epochs_median_abs_dev"] < 0.05 for r in tables["epochs"])
+    # held out, the measured progress per step predicts every interior batch within 6 %
+    assert len(tables["held-out"]) == 28
+    assert all(abs(r["rate_error"]) < 0.06 for r in tables["held-out"])
+    assert max(abs(r["stats_error"]) for r in tables["held-out"]) > 0.5
+
+
 def test_schedule_loc():
     (row,) = json_lines(run(["bench/schedule_loc.py"]).stdout)
     assert {"gpt2", "bert", "llama"} <= set(row)
