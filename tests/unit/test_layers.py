@@ -1,4 +1,4 @@
-"""The dependency arrows of STYLE.md, checked on the source.
+"""The layering of the README's Layout section (pure layers below runtime/), checked on the source.
 
 A table says which packages of `shoal` each package may import; every import of `shoal.X`
 (absolute, or relative and resolved against the importing module's package) is checked against

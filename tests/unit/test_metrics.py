@@ -31,7 +31,17 @@ STEP = StepLine(
     ),
 )
 RECOVER = MembershipEvent("recover", "w0", "v100", 3, 1.9, 0.4, 1, "generation 1: 3 workers")
-RESULT = RunResult(12, "ab" * 32, 4.5, 170.0, "exact", ("v100", "k80"), "ckpt/step-12", "f" * 64)
+RESULT = RunResult(
+    12,
+    "ab" * 32,
+    4.5,
+    170.0,
+    "exact",
+    ("v100", "k80"),
+    "ckpt/step-12",
+    "f" * 64,
+    nonfinite_skipped=2,
+)
 
 
 @pytest.mark.parametrize("record", [STEP, RECOVER, MembershipEvent("join", "w3")])

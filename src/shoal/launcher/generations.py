@@ -65,7 +65,8 @@ class Generations:
         if len(arrived) < len(initial) and not late:
             return
         self.first_arrival = None
-        self.say(f"{len(arrived)} workers ready after {time.time() - self.t0:.1f}s; training")
+        n, waited = len(arrived), time.time() - self.t0
+        self.say(f"{n} worker{'s' if n != 1 else ''} ready after {waited:.1f}s; training")
         self.publish([w.id for w in arrived])
 
     def admit_and_regroup(self) -> None:

@@ -148,7 +148,8 @@ class Controller(Generations):
             for kind in self.spec.kinds:
                 self.spawn(kind)
             kinds = ", ".join(self.spec.kinds)
-            self.say(f"starting {len(self.spec.kinds)} workers ({kinds}); logs in {self.logs}")
+            n = len(self.spec.kinds)
+            self.say(f"starting {n} worker{'s' if n != 1 else ''} ({kinds}); logs in {self.logs}")
             while not self.finished:
                 self.read_progress()
                 if self.driver:

@@ -39,6 +39,7 @@ class RunResult:
     workers: tuple[str, ...] = ()  # device kinds of the final group, in rank order
     checkpoint: str | None = None
     fingerprint: str | None = None
+    nonfinite_skipped: int | None = None  # steps dropped by --on-nonfinite skip
     # bought from a provider: {"usd", "by_kind", "by_tier", "revocations"}
     cost: dict[str, Any] | None = None
 
@@ -61,6 +62,7 @@ class RunResult:
             workers=tuple(str(w) for w in f.list_("workers")),
             checkpoint=f.str_("checkpoint"),
             fingerprint=f.str_("fingerprint"),
+            nonfinite_skipped=f.int_("nonfinite_skipped"),
             cost=_cost_block(f),
         )
 

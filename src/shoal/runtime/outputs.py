@@ -219,8 +219,8 @@ class StepLog:
             wall_time_s=now - self.t0,
             recovery_time_s=now - ended_at,
             lost_steps=lost,
-            detail=f"generation {group.generation}: {group.world_size} workers, "
-            f"state from {source}",
+            detail=f"generation {group.generation}: {group.world_size} "
+            f"worker{'s' if group.world_size != 1 else ''}, state from {source}",
         )
         append_line(self.path, event)
 
@@ -242,8 +242,8 @@ def write_result(
         workers=tuple(group.kinds),
         checkpoint=ckpt,
         fingerprint=fingerprint,
+        nonfinite_skipped=trainer.nonfinite_skipped,
     )
     data = result.to_json()
     data.setdefault("checkpoint", None)  # written as today: the key is there even without one
-    data["nonfinite_skipped"] = trainer.nonfinite_skipped  # steps dropped by --on-nonfinite skip
     write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)
