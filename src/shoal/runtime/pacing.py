@@ -26,8 +26,8 @@ in every run whatever the host's load: pacing against each run's own measurement
 a K80 slower in a run where the workers contend more for the host's cores.
 
 An emulated cluster's gradient exchange can be slower than loopback's (servers on separate
-nodes: Pollux measured a step's exchange on three single-GPU nodes at 1.4x (ResNet-18) to 1.8x
-(BERT) the compute of its local batch). `sync_s` (SHOAL_EMULATED_SYNC_S) adds that time to
+nodes: Pollux's traces show a step's exchange on three single-GPU nodes at 1.18x (cifar10) to
+1.78x (BERT) the compute of its local batch; docs/notes/adaptive-batch.md). `sync_s` (SHOAL_EMULATED_SYNC_S) adds that time to
 every step, after the step's collective, on every worker alike.
 """
 
