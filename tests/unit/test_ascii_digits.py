@@ -2,6 +2,7 @@
 also take other scripts' digits (int('２') == 2), so `--workers ２xt4` started two T4 workers
 and `step 5: kill ２` named a worker 'w２' that no worker is. Each is refused in one line."""
 
+import argparse
 import pathlib
 
 import pytest
@@ -58,6 +59,57 @@ def test_integer_flags(argv, capsys):
         [a.replace(FULL_TWO, "2").replace(ARABIC_TWO, "2") for a in argv]
     )
     assert 2 in vars(args).values()  # ASCII digits as before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "--tick", FULL_TWO + "0"],
+        ["simulate", "--restart-s", ARABIC_TWO],
+        ["simulate", "--rescale-s", FULL_TWO],
+        ["tune", "--memory-cap-mb", FULL_TWO + "00"],
+        ["tune", "--memory-cap-mb", "100", "--timeout-s", FULL_TWO],
+        [
+            "run",
+            DIGITS,
+            "--workers",
+            "k80",
+            "--out",
+            "o",
+            "--steps",
+            "2",
+            "--peer-timeout",
+            FULL_TWO,
+        ],
+    ],
+)
+def test_float_flags(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1
+    assert "invalid float value" in err and "ASCII digits" in err
+    args = build_parser().parse_args(
+        [a.replace(FULL_TWO, "2").replace(ARABIC_TWO, "2") for a in argv]
+    )
+    assert any(v in (2.0, 20.0, 200.0) for v in vars(args).values())  # ASCII digits as before
+
+
+@pytest.mark.parametrize("text", ["nan", "NaN", "inf", "-inf", "Infinity", "1e400"])
+def test_float_flags_are_finite(text, capsys):
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(["simulate", f"--tick={text}"])  # (-inf: not an option)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1
+    assert f"invalid float value: {text!r} (a finite number)" in err
+
+
+def test_ascii_float():
+    from shoal.cli.flags import ascii_float
+
+    assert ascii_float("2.5") == 2.5 and ascii_float("1e3") == 1000.0 and ascii_float("-0") == 0
+    with pytest.raises(argparse.ArgumentTypeError, match="^invalid float value: 'x'$"):
+        ascii_float("x")
 
 
 def test_cluster_specs():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from typing import Any
 
 
@@ -24,7 +25,21 @@ def ascii_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
-_TYPES = {"int": ascii_int, "float": float, "str": str}
+def ascii_float(text: str) -> float:
+    """A float flag's value: float() without other scripts' digits (float('２') is 2.0), and
+    finite: 'nan', 'inf' and '1e400' (which float() reads as inf) are no number of seconds."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (ASCII digits only)")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (a finite number)")
+    return value
+
+
+_TYPES = {"int": ascii_int, "float": ascii_float, "str": str}
 
 
 class HelpFormatter(argparse.HelpFormatter):

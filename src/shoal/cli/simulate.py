@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shoal.cli.flags import ascii_int
+from shoal.cli.flags import ascii_float, ascii_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,12 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="seed of the spot revocations and of a Philly sample without its own",
     )
-    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (1 to 86,400)")
     p.add_argument(
-        "--restart-s", type=float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
+        "--tick", type=ascii_float, default=60.0, help="scheduling interval, s (1 to 86,400)"
     )
     p.add_argument(
-        "--rescale-s", type=float, default=10.0, help="in-place rescale overhead (<= 3,600)"
+        "--restart-s", type=ascii_float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
+    )
+    p.add_argument(
+        "--rescale-s", type=ascii_float, default=10.0, help="in-place rescale overhead (<= 3,600)"
     )
     p.add_argument(
         "--out", type=Path, help="output directory (per policy subfolder with --compare)"

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from shoal.cli.flags import ascii_int
+from shoal.cli.flags import ascii_float, ascii_int
 from shoal.errors import UserError
 
 _MODELS = ("gpt2", "bert", "llama", "wideresnet")
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--memory-cap-mb",
-        type=float,
+        type=ascii_float,
         required=True,
         help="peak memory cap per process in MiB (resident set size on CPU, max allocated on CUDA)",
     )
@@ -60,7 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=ascii_int, default=0, help="torch threads per process (0: auto)"
     )
-    p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
+    p.add_argument(
+        "--timeout-s", type=ascii_float, default=600.0, help="wall-clock limit per trial"
+    )
     p.add_argument(
         "--objective",
         choices=("throughput", "cpu"),
