@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import pathlib
 from typing import Any
 
 
@@ -39,7 +40,21 @@ def ascii_float(text: str) -> float:
     return value
 
 
-_TYPES = {"int": ascii_int, "float": ascii_float, "str": str}
+def nonempty(value: str) -> str:
+    """A text flag's value, not empty: '' was taken as the flag left out (`--spot-trace ''`
+    ran without a trace, `--batch-policy ''` with the job's policy)."""
+    if not value:
+        raise argparse.ArgumentTypeError(f"expected a value, got {value!r}")
+    return value
+
+
+def nonempty_path(value: str) -> pathlib.Path:
+    """A path flag's value, not empty: Path('') is the current directory (`--out ''` wrote
+    there)."""
+    return pathlib.Path(nonempty(value))
+
+
+_TYPES = {"int": ascii_int, "float": ascii_float, "str": nonempty}
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -71,7 +86,7 @@ def _option(f: dataclasses.Field, dest: str) -> tuple[list[str], dict[str, Any]]
     kind = str(f.type).replace(" | None", "")
     kwargs: dict[str, Any] = {"help": meta.pop("help"), **meta}
     if not flag.startswith("-"):  # a positional argument
-        return [flag], kwargs
+        return [flag], {**kwargs, "type": _TYPES[kind]}
     kwargs["dest"] = dest
     if kind == "bool":
         kwargs["action"] = "store_true"

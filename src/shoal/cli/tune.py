@@ -10,10 +10,9 @@ import argparse
 import json
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from shoal.cli.flags import ascii_float, ascii_int
+from shoal.cli.flags import ascii_float, ascii_int, nonempty_path
 from shoal.errors import UserError
 
 _MODELS = ("gpt2", "bert", "llama", "wideresnet")
@@ -70,7 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="maximize samples/s (default) or samples per CPU second (steadier on a busy machine)",
     )
     p.add_argument("--seed", type=ascii_int, default=0, help="seed of the sampler and the model")
-    p.add_argument("--out", type=Path, default=None, help="write every trial to this JSON file")
+    p.add_argument(
+        "--out", type=nonempty_path, default=None, help="write every trial to this JSON file"
+    )
     p.set_defaults(func=_tune)
 
 
