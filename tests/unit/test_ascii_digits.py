@@ -112,6 +112,24 @@ def test_ascii_float():
         ascii_float("x")
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["simulate", "--spot", f"0.{FULL_TWO}"], "bad --spot fraction"),
+        (["simulate", "--workload", f"philly:{FULL_TWO}"], "bad number"),
+        (["simulate", "--workload", f"philly:1:{ARABIC_TWO}"], "bad number"),
+        (["tune", "--memory-cap-mb", "1", "--batch-sizes", f"1,{FULL_TWO}"], "ASCII digits only"),
+        (["tune", "--memory-cap-mb", "1", "--ckpt-ratios", f"0.{FULL_TWO}"], "ASCII digits only"),
+    ],
+)
+def test_numbers_inside_specs(argv, needle, capsys):
+    """`--spot ０.5` bought half the nodes as spot, `philly:２` sampled two jobs, and tune's
+    `--batch-sizes １` measured micro-batch size 1: float() and int() read them."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shoal: error: ") and needle in err and err.count("\n") == 1
+
+
 def test_cluster_specs():
     from shoal.cluster.nodes import parse_cluster
     from shoal.sim.transient_spec import parse_cluster as transient_cluster

@@ -76,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _csv(text: str, parse: Any, flag: str) -> tuple:
+    if not text.isascii():  # int() and float() read other scripts' digits: '１' was 1
+        raise UserError(f"{flag}: cannot parse {text!r} (ASCII digits only)")
     try:
         values = tuple(parse(v.strip()) for v in text.split(",") if v.strip())
     except ValueError as exc:

@@ -302,6 +302,8 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
 
 def _int_arg(text: str, spec: str) -> int:
     try:
+        if not text.isascii():  # int() reads other scripts' digits: philly:２ was philly:2
+            raise ValueError
         return int(text)
     except ValueError:
         raise UserError(f"bad number {text!r} in workload spec {spec!r}") from None

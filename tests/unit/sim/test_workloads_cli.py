@@ -114,6 +114,7 @@ def test_binary_workload_file(tmp_path, header):
         (["--policy", "lottery"], "unknown policy 'lottery'"),
         (["--cluster", "4x4xh100"], "unknown device kind 'h100'"),
         (["--spot", "half"], "bad --spot fraction"),
+        (["--spot", "0.5:"], "bad --spot '0.5:': no revocation model after ':'"),  # was gce
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
         # NaN was 'cannot convert float NaN to integer'; --tick inf finished no job, exit 0
         (["--tick", "nan"], "--tick: invalid float value: 'nan' (a finite number)"),
