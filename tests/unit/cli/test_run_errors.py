@@ -65,6 +65,26 @@ def test_job_file_without_make_job(capsys, tmp_path):
     assert code == 2 and "does not define make_job" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        # was "<shoal's own>/job.py:166: SyntaxError: ...": compile() names no file
+        ("binary.py", b"\x7fELF\x00\x01junk", "is not Python source (source code string "),
+        ("job.txt", b"def make_job(): pass\n", "': not a .py file"),  # was no reason at all
+    ],
+)
+def test_job_file_that_is_not_python(capsys, tmp_path, name, content, needle):
+    job = tmp_path / name
+    job.write_bytes(content)
+    out = tmp_path / "o"
+    code, err = run(capsys, str(job), "--workers", "v100", "--steps", "2", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"shoal: error: job file {str(job)!r} ") or (
+        err.startswith(f"shoal: error: cannot import job file {str(job)!r}")
+    )
+    assert needle in err and "shoal/job.py" not in err and not out.exists()
+
+
 def test_missing_job_file(capsys, tmp_path):
     code, err = run(
         capsys,
