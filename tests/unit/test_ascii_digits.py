@@ -162,8 +162,47 @@ def test_events(text, needle):
         ({"quota": ("k80:spot=" + FULL_TWO,)}, "--quota: expected KIND:TIER=N"),
         ({"quota": ("k80:spot=\u00b2",)}, "--quota: expected KIND:TIER=N"),  # was int()'s words
         ({"autoscale": True, "deadline": FULL_TWO + "h"}, "--deadline: expected a duration"),
+        # each was taken as its ASCII number
+        ({"notice": FULL_TWO + "0"}, "--notice: expected seconds or none"),
+        ({"autoscale": True, "budget": FULL_TWO + "usd"}, "--budget: expected an amount"),
+        ({"outages": (f"k80:spot:{FULL_TWO}-5",)}, "--outage: expected KIND:TIER:A-B"),
     ],
 )
 def test_provider_flags(fields, needle):
     with pytest.raises(UserError, match=f"^{needle}"):
         ProviderConfig(name="local", kinds="k80", **fields)
+
+
+def test_compress_keep():
+    from shoal.config.slowlink import SlowLinkConfig
+
+    with pytest.raises(UserError, match=f"^--compress topk:0.{FULL_TWO}: KEEP must be a number"):
+        SlowLinkConfig(compress=f"topk:0.{FULL_TWO}")  # was a keep ratio of 0.2
+    assert SlowLinkConfig(compress="topk:0.5").compress == "topk:0.5"
+
+
+@pytest.mark.parametrize(
+    "params, needle",
+    [
+        ({"bounds": (16, 64), "gamma": f"0.{FULL_TWO}"}, "option gamma='0.２' is not a float"),
+        ({"bounds": None, "name": "schedule", "ramp": f"{FULL_TWO}56@0"}, "ramp='２56@0' is not"),
+    ],
+)
+def test_batch_policy_options(params, needle):
+    from shoal.control.batch_policy import make_policy
+
+    name = params.pop("name", "jabas")
+    with pytest.raises(UserError, match=f"^{needle}"):
+        make_policy(name, micro_batch_size=16, **params)
+    ascii_params = {
+        k: v.replace(FULL_TWO, "2") if isinstance(v, str) else v for k, v in params.items()
+    }
+    make_policy(name, micro_batch_size=16, **ascii_params)  # ASCII digits as before
+
+
+def test_batch_bounds():
+    from shoal.control.batch_policy_base import parse_bounds
+
+    with pytest.raises(UserError, match="^batch bounds '１６:64' are not LOW:HIGH"):
+        parse_bounds("\uff11\uff16:64")  # was (16, 64)
+    assert parse_bounds("16:64") == (16, 64)
