@@ -34,7 +34,7 @@ from shoal.cluster.revocation import (
     load_gce_lifetimes,
     revocation_model,
 )
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 from shoal.perf.devices import TIERS, load_devices
 
 DEFAULT_QUOTA = 8  # servers per (kind, tier) at once, when no quota is given
@@ -250,7 +250,7 @@ def load_spot_trace(path: str) -> dict[str, RevocationModel]:
     try:
         lines = Path(path).read_text(encoding="utf-8-sig").splitlines()  # a BOM is not data
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--spot-trace {path}: cannot read ({exc.__class__.__name__})") from None
+        raise UserError(f"--spot-trace {path}: {unreadable(exc)}") from None
     added: dict[str, float] = {}
     bamboo: list[float] = []
     by_kind: dict[str, list[float]] = {}
