@@ -206,3 +206,16 @@ def test_batch_bounds():
     with pytest.raises(UserError, match="^batch bounds '１６:64' are not LOW:HIGH"):
         parse_bounds("\uff11\uff16:64")  # was (16, 64)
     assert parse_bounds("16:64") == (16, 64)
+
+
+@pytest.mark.parametrize("text", [f"k80,{FULL_TWO}00\n", f"{FULL_TWO},add,n1\n3,remove,n1\n"])
+def test_spot_trace(text, tmp_path):
+    """A lifetime or a time in other scripts' digits was taken as its ASCII number."""
+    from shoal.cluster.provider import load_spot_trace
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(text)
+    with pytest.raises(UserError, match=f"^{trace}:1: expected 'ms,add|remove,node'"):
+        load_spot_trace(str(trace))
+    trace.write_text(text.replace(FULL_TWO, "2"))
+    assert load_spot_trace(str(trace))  # ASCII digits as before
