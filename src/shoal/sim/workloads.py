@@ -78,6 +78,8 @@ def _rows(path: Path):
 
 def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
     try:
+        if not row[key].isascii():  # int() and float() read other scripts' digits: '２' is 2
+            raise ValueError
         value = kind(row[key])
         if not math.isfinite(value):  # NaN or inf seconds, GPUs: a simulation that never ends
             raise ValueError

@@ -37,6 +37,9 @@ def test_philly_sampling_is_seeded_and_consecutive():
         # NaN was 'cannot convert float NaN to integer'; inf ran no job to makespan inf, exit 0
         ("a,nan,cifar10,2,128", "bad or missing 'time' value 'nan'"),
         ("a,inf,cifar10,2,128", "bad or missing 'time' value 'inf'"),
+        # other scripts' digits (FULLWIDTH TWO) were taken as 2 replicas, a time of 10 s
+        ("a,10,cifar10,\uff12,128", "bad or missing 'num_replicas' value '\uff12'"),
+        ("a,1\uff10,cifar10,2,128", "bad or missing 'time' value '1\uff10'"),
     ],
 )
 def test_bad_rows_name_file_and_line(tmp_path, row, message):
