@@ -15,6 +15,8 @@ import math
 import pathlib
 from typing import Any
 
+from shoal.errors import UserError
+
 
 def ascii_int(text: str) -> int:
     """An integer flag's value: int() without the digits of other scripts (int('２') is 2)."""
@@ -55,6 +57,14 @@ def nonempty_path(value: str) -> pathlib.Path:
 
 
 _TYPES = {"int": ascii_int, "float": ascii_float, "str": nonempty}
+
+
+class RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a UserError, which its caller tells in one line with
+    exit code 2: the torchrun worker's flags, where argparse printed its whole usage first."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(message)
 
 
 class HelpFormatter(argparse.HelpFormatter):
