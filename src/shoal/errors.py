@@ -63,6 +63,13 @@ def cause_line(exc: BaseException) -> str:
     return f"{where}: {what}" if where else what
 
 
+def unreadable(exc: OSError | UnicodeDecodeError) -> str:
+    """Why a user's text file could not be read, in words (not `IsADirectoryError`)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return f"cannot read ({exc.strerror or exc})"
+
+
 def user_code_error(exc: BaseException) -> UserError:
     """A UserError telling `exc` in one line (the traceback stays on `__cause__`)."""
     err = UserError(cause_line(exc))

@@ -158,12 +158,18 @@ def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
         sys.path.insert(0, folder)
     name = f"shoal_job_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise UserError(f"cannot import job file {str(path)!r}")
+    if spec is None or spec.loader is None:  # no loader for its suffix (job.txt)
+        raise UserError(f"cannot import job file {str(path)!r}: not a .py file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     _same_draws()
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        if exc.filename is not None:
+            raise
+        # null bytes: compile() names no file, so the error's line was shoal's own (job.py)
+        raise UserError(f"job file {str(path)!r} is not Python source ({exc.msg})") from exc
     make_job = getattr(module, "make_job", None)
     if not callable(make_job):
         raise UserError(f"job file {str(path)!r} does not define make_job(**options)")

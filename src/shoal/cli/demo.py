@@ -8,7 +8,7 @@ import pathlib
 import statistics
 import tempfile
 
-from shoal.cli.flags import ascii_int
+from shoal.cli.flags import ascii_int, nonempty
 
 DIGITS = pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py"
 
@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "demo", help="a mixed cluster and one worker side by side: shares, throughput, digests"
     )
     p.add_argument("--steps", type=ascii_int, default=40, help="training steps of each run")
-    p.add_argument("--out", default=None, help="keep the two runs here (default: a temp dir)")
+    p.add_argument(
+        "--out", type=nonempty, default=None, help="keep the two runs here (default: a temp dir)"
+    )
     p.add_argument("--mixed", default="v100,k80,k80", help="the mixed cluster's worker spec")
     p.set_defaults(func=_demo)
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import pathlib
 from typing import Any
+
+from shoal.errors import UserError
 
 
 def ascii_int(text: str) -> int:
@@ -24,7 +28,43 @@ def ascii_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
 
 
-_TYPES = {"int": ascii_int, "float": float, "str": str}
+def ascii_float(text: str) -> float:
+    """A float flag's value: float() without other scripts' digits (float('２') is 2.0), and
+    finite: 'nan', 'inf' and '1e400' (which float() reads as inf) are no number of seconds."""
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (ASCII digits only)")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (a finite number)")
+    return value
+
+
+def nonempty(value: str) -> str:
+    """A text flag's value, not empty: '' was taken as the flag left out (`--spot-trace ''`
+    ran without a trace, `--batch-policy ''` with the job's policy)."""
+    if not value:
+        raise argparse.ArgumentTypeError(f"expected a value, got {value!r}")
+    return value
+
+
+def nonempty_path(value: str) -> pathlib.Path:
+    """A path flag's value, not empty: Path('') is the current directory (`--out ''` wrote
+    there)."""
+    return pathlib.Path(nonempty(value))
+
+
+_TYPES = {"int": ascii_int, "float": ascii_float, "str": nonempty}
+
+
+class RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a UserError, which its caller tells in one line with
+    exit code 2: the torchrun worker's flags, where argparse printed its whole usage first."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(message)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -56,7 +96,7 @@ def _option(f: dataclasses.Field, dest: str) -> tuple[list[str], dict[str, Any]]
     kind = str(f.type).replace(" | None", "")
     kwargs: dict[str, Any] = {"help": meta.pop("help"), **meta}
     if not flag.startswith("-"):  # a positional argument
-        return [flag], kwargs
+        return [flag], {**kwargs, "type": _TYPES[kind]}
     kwargs["dest"] = dest
     if kind == "bool":
         kwargs["action"] = "store_true"

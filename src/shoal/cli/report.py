@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from shoal.cli.flags import nonempty
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `report` subcommand."""
@@ -22,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(--provider) the spend by kind, and (--compress) the link's keep ratio."
         ),
     )
-    parser.add_argument("directory", metavar="DIR", help="run directory written by `shoal run`")
+    parser.add_argument(
+        "directory", type=nonempty, metavar="DIR", help="run directory written by `shoal run`"
+    )
     parser.set_defaults(func=run_report)
 
 

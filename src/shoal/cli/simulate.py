@@ -7,9 +7,8 @@ on a heterogeneous, multi-region spot cluster spec.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from shoal.cli.flags import ascii_int
+from shoal.cli.flags import ascii_float, ascii_int, nonempty, nonempty_path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,18 +17,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="trace-driven cluster simulation of scheduling policies",
         description="Replay a workload on a simulated GPU cluster; write jobs CSV, summary, plots.",
     )
-    p.add_argument("--policy", default="shoal", help="policy name (see --list)")
+    p.add_argument("--policy", type=nonempty, default="shoal", help="policy name (see --list)")
     p.add_argument("--compare", help="comma-separated policies to run and print side by side")
     p.add_argument(
         "--workload",
+        type=nonempty,
         default="pollux:6",
         help="CSV path (Pollux, EasyScale or Philly format), pollux:N, or philly:N[:SEED]",
     )
     p.add_argument(
-        "--cluster", default="pollux", help="preset or spec such as 16x4xt4 or 4x4xv100:spot,4x4xt4"
+        "--cluster",
+        type=nonempty,
+        default="pollux",
+        help="preset or spec such as 16x4xt4 or 4x4xv100:spot,4x4xt4",
     )
     p.add_argument(
         "--spot",
+        type=nonempty,
         help="FRACTION[:MODEL]: buy this fraction of each node group as spot (rounded half up); "
         "MODEL revokes them and the cluster's own :spot nodes: gce, bathtub, p3, g4dn or none "
         "(default gce)",
@@ -40,15 +44,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=0,
         help="seed of the spot revocations and of a Philly sample without its own",
     )
-    p.add_argument("--tick", type=float, default=60.0, help="scheduling interval, s (1 to 86,400)")
     p.add_argument(
-        "--restart-s", type=float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
+        "--tick", type=ascii_float, default=60.0, help="scheduling interval, s (1 to 86,400)"
     )
     p.add_argument(
-        "--rescale-s", type=float, default=10.0, help="in-place rescale overhead (<= 3,600)"
+        "--restart-s", type=ascii_float, default=30.0, help="checkpoint-restart overhead (<= 3,600)"
     )
     p.add_argument(
-        "--out", type=Path, help="output directory (per policy subfolder with --compare)"
+        "--rescale-s", type=ascii_float, default=10.0, help="in-place rescale overhead (<= 3,600)"
+    )
+    p.add_argument(
+        "--out", type=nonempty_path, help="output directory (per policy subfolder with --compare)"
     )
     p.add_argument(
         "--no-plots",

@@ -10,10 +10,9 @@ import argparse
 import json
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from shoal.cli.flags import ascii_int
+from shoal.cli.flags import ascii_float, ascii_int, nonempty_path
 from shoal.errors import UserError
 
 _MODELS = ("gpt2", "bert", "llama", "wideresnet")
@@ -37,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--memory-cap-mb",
-        type=float,
+        type=ascii_float,
         required=True,
         help="peak memory cap per process in MiB (resident set size on CPU, max allocated on CUDA)",
     )
@@ -60,7 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=ascii_int, default=0, help="torch threads per process (0: auto)"
     )
-    p.add_argument("--timeout-s", type=float, default=600.0, help="wall-clock limit per trial")
+    p.add_argument(
+        "--timeout-s", type=ascii_float, default=600.0, help="wall-clock limit per trial"
+    )
     p.add_argument(
         "--objective",
         choices=("throughput", "cpu"),
@@ -68,11 +69,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="maximize samples/s (default) or samples per CPU second (steadier on a busy machine)",
     )
     p.add_argument("--seed", type=ascii_int, default=0, help="seed of the sampler and the model")
-    p.add_argument("--out", type=Path, default=None, help="write every trial to this JSON file")
+    p.add_argument(
+        "--out", type=nonempty_path, default=None, help="write every trial to this JSON file"
+    )
     p.set_defaults(func=_tune)
 
 
 def _csv(text: str, parse: Any, flag: str) -> tuple:
+    if not text.isascii():  # int() and float() read other scripts' digits: '１' was 1
+        raise UserError(f"{flag}: cannot parse {text!r} (ASCII digits only)")
     try:
         values = tuple(parse(v.strip()) for v in text.split(",") if v.strip())
     except ValueError as exc:

@@ -2,8 +2,9 @@
 
 A cluster is a list of nodes; a node holds a number of GPUs of one kind and is bought on one
 pricing tier (`on_demand` or `spot`). A cluster spec is text, e.g. `16x4xt4` (16 nodes of 4 T4s) or
-`8x4xv100,4x4xp100,4x4xt4`; an item may end in `:spot`. Named presets cover the clusters of the
-papers we compare against.
+`8x4xv100,4x4xp100,4x4xt4`; an item may end in `:spot` or `:on_demand` (in any case, `-` for `_`,
+as `shoal transient --cluster` reads them). Named presets cover the clusters of the papers we
+compare against.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from shoal.errors import UserError
-from shoal.perf.devices import load_devices
+from shoal.perf.devices import TIERS, load_devices
 
 PRESETS = {
     # Pollux's simulator: 16 nodes x 4 T4 (its traces were measured there)
@@ -71,7 +72,7 @@ def spot_nodes(count: int, fraction: float) -> int:
 
 MAX_GPUS = 100_000  # the largest clusters built; the simulator's rounds are O(nodes)
 # [0-9], not \d: other scripts' digits are \d, and int() reads them ('２' is 2)
-_ITEM = re.compile(r"([0-9]+)x([0-9]+)x([A-Za-z0-9]+)(?::(spot|on_demand))?")
+_ITEM = re.compile(r"([0-9]+)x([0-9]+)x([A-Za-z0-9]+)(?::([A-Za-z_-]+))?")
 
 
 def parse_cluster(spec: str) -> ClusterSpec:
@@ -92,9 +93,10 @@ def parse_cluster(spec: str) -> ClusterSpec:
         count, per_node = int(match.group(1)), int(match.group(2))
         if count < 1 or per_node < 1:
             raise UserError(f"bad cluster item {item!r}: counts must be >= 1")
-        groups.append(
-            NodeGroup(count, per_node, kinds.check(match.group(3)), match.group(4) or "on_demand")
-        )
+        tier = (match.group(4) or "on_demand").lower().replace("-", "_")  # SPOT, on-demand
+        if tier not in TIERS:
+            raise UserError(f"bad cluster item {item!r}: tier must be spot or on_demand")
+        groups.append(NodeGroup(count, per_node, kinds.check(match.group(3)), tier))
     if not groups:
         raise UserError("empty cluster spec")
     gpus = sum(g.count * g.gpus_per_node for g in groups)

@@ -38,7 +38,7 @@ def parse_usd(text: str, flag: str) -> float:
     """`2.50usd`, `$2.5` or `2.5` -> 2.5."""
     raw = text.strip().lower().removeprefix("$").removesuffix("usd").strip()
     try:
-        value = float(raw)
+        value = float(raw) if raw.isascii() else math.nan  # float('２') is 2.0
     except ValueError:
         value = math.nan
     if not value > 0 or math.isinf(value):
@@ -241,7 +241,7 @@ class ProviderConfig:
         if self.notice.strip().lower() == "none":
             return None
         try:
-            value = float(self.notice)
+            value = float(self.notice) if self.notice.isascii() else math.nan  # not '３0'
         except ValueError:
             value = math.nan
         if not 0 <= value < math.inf:  # inf: a notice at the lease's start, no revocation
@@ -269,6 +269,8 @@ class ProviderConfig:
             key, _, span = item.rpartition(":")
             a, _, b = span.partition("-")
             try:
+                if not span.isascii():  # float() reads other scripts' digits: '１' is 1.0
+                    raise ValueError
                 lo, hi = float(a), float(b)
             except ValueError:
                 raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None

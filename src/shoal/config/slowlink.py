@@ -104,6 +104,8 @@ class SlowLinkConfig:
             pass
         elif mode in ("topk", "blocktopk") and keep:
             try:
+                if not keep.isascii():  # float() reads other scripts' digits: '0.５' is 0.5
+                    raise ValueError
                 ratio = float(keep)
             except ValueError:
                 raise UserError(f"--compress {self.compress}: KEEP must be a number") from None

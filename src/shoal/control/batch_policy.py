@@ -220,6 +220,8 @@ def _parse_ramp(text: str, by_loss: bool) -> list[tuple[int, float]]:
     thresholds strictly decreasing (the first may be inf)."""
     key = "ramp_loss" if by_loss else "ramp"
     try:
+        if not str(text).isascii():  # int() reads other scripts' digits: '２56' is 256
+            raise ValueError
         pairs = [item.split("@") for item in str(text).split(",")]
         ramp = [(int(b), float(x) if by_loss else int(x)) for b, x in pairs]
     except ValueError:
@@ -279,6 +281,8 @@ def make_policy(
             known = ", ".join(sorted(cls.options)) or "none"
             raise UserError(f"unknown option {key!r} for batch policy {name} (known: {known})")
         try:
+            if kind is not str and isinstance(value, str) and not value.isascii():
+                raise ValueError  # float() reads other scripts' digits: '０.1' is 0.1
             typed[key] = kind(value)
         except (TypeError, ValueError):
             raise UserError(f"option {key}={value!r} is not a {kind.__name__}") from None

@@ -47,6 +47,8 @@ def parse_bounds(text: str) -> tuple[int, int]:
     """'64:2048' -> (64, 2048)."""
     parts = str(text).split(":")
     try:
+        if not str(text).isascii():  # int() reads other scripts' digits: '１６' is 16
+            raise ValueError
         low, high = (int(p) for p in parts)
     except ValueError:
         raise UserError(f"batch bounds {text!r} are not LOW:HIGH in samples") from None

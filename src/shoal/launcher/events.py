@@ -20,7 +20,7 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 
 # [0-9], not \d: other scripts' digits are \d, and int() reads them ('２' is 2)
 _ITEM = re.compile(
@@ -83,7 +83,7 @@ def _items(text: str, source: str) -> tuple[str, list[tuple[str, str]]]:
     try:  # utf-8-sig: a byte-order mark, as an editor may write it, is no part of the first line
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{source} {path}: cannot read ({exc.__class__.__name__})") from None
+        raise UserError(f"{source} {path}: {unreadable(exc)}") from None
     return str(path), [(f"line {n}", i) for n, line in enumerate(lines, 1) for i in line.split(";")]
 
 

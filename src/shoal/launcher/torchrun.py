@@ -7,7 +7,6 @@ is empty; under torchrun it is parsed from argv, with the emulation knobs from t
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -20,12 +19,12 @@ from shoal.runtime.torchrun_front import report_to_agent
 
 def parse_config(argv: list[str] | None = None) -> RunConfig:
     """The worker's configuration: SHOAL_CONFIG when a launcher set it, else the flags."""
-    from shoal.cli.flags import HelpFormatter, add_flags, from_args
+    from shoal.cli.flags import HelpFormatter, RaisingParser, add_flags, from_args
 
     given = RunConfig.from_env()
     if given is not None and not argv:
         return given
-    parser = argparse.ArgumentParser(prog="python -m shoal.worker", formatter_class=HelpFormatter)
+    parser = RaisingParser(prog="python -m shoal.worker", formatter_class=HelpFormatter)
     add_flags(parser, RunConfig)
     config = from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
     if config.provider.name:  # torchrun's processes are its own: nothing to buy or revoke

@@ -26,10 +26,14 @@ def parse_spot(spec: str | None) -> tuple[float, str]:
     """(fraction, revocation model) of `--spot FRACTION[:MODEL]`. Without --spot no node is
     made spot, but the cluster's own `:spot` nodes are revoked by the default model, gce (they
     were never revoked: the model was none)."""
-    if not spec:
+    if spec is None:
         return 0.0, "gce"
-    fraction, _, model = spec.partition(":")
+    fraction, colon, model = spec.partition(":")
+    if colon and not model:  # '0.5:' took the default model without a word
+        raise UserError(f"bad --spot {spec!r}: no revocation model after ':'")
     try:
+        if not fraction.isascii():  # float() reads other scripts' digits: '０.5' is 0.5
+            raise ValueError
         value = float(fraction)
     except ValueError:
         raise UserError(f"bad --spot fraction {fraction!r} (expected a number in [0, 1])") from None

@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from shoal.cluster.provider import provider_from_config
 from shoal.control.mix_model import profile_step_time
 from shoal.control.scaler import MAX_SERVERS, Goal
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 from shoal.perf.devices import TIERS, load_devices
 
 JOIN_WINDOW = 20  # the join delays the live driver's median is over (its measurement window)
@@ -219,7 +219,7 @@ def load_scenario(path: str) -> Scenario:
     try:
         data = loads(Path(path).read_text(), float_ints=True)
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"--scenario {path}: cannot read ({exc.__class__.__name__})") from None
+        raise UserError(f"--scenario {path}: {unreadable(exc)}") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"--scenario {path}:{exc.lineno}: not JSON ({exc.msg})") from None
     except ValueError as exc:  # nested too deeply, an integer no float holds

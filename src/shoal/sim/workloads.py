@@ -78,6 +78,8 @@ def _rows(path: Path):
 
 def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
     try:
+        if not row[key].isascii():  # int() and float() read other scripts' digits: '２' is 2
+            raise ValueError
         value = kind(row[key])
         if not math.isfinite(value):  # NaN or inf seconds, GPUs: a simulation that never ends
             raise ValueError
@@ -302,6 +304,8 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
 
 def _int_arg(text: str, spec: str) -> int:
     try:
+        if not text.isascii():  # int() reads other scripts' digits: philly:２ was philly:2
+            raise ValueError
         return int(text)
     except ValueError:
         raise UserError(f"bad number {text!r} in workload spec {spec!r}") from None

@@ -11,7 +11,10 @@ DIGITS = str(ROOT / "examples" / "digits.py")
 
 
 def run(capsys, *argv):
-    code = main(["run", *argv])
+    try:
+        code = main(["run", *argv])
+    except SystemExit as exc:  # argparse refuses a flag's value itself
+        code = exc.code
     err = capsys.readouterr().err
     return code, err
 
@@ -60,6 +63,26 @@ def test_job_file_without_make_job(capsys, tmp_path):
         capsys, str(job), "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o")
     )
     assert code == 2 and "does not define make_job" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        # was "<shoal's own>/job.py:166: SyntaxError: ...": compile() names no file
+        ("binary.py", b"\x7fELF\x00\x01junk", "is not Python source (source code string "),
+        ("job.txt", b"def make_job(): pass\n", "': not a .py file"),  # was no reason at all
+    ],
+)
+def test_job_file_that_is_not_python(capsys, tmp_path, name, content, needle):
+    job = tmp_path / name
+    job.write_bytes(content)
+    out = tmp_path / "o"
+    code, err = run(capsys, str(job), "--workers", "v100", "--steps", "2", "--out", str(out))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"shoal: error: job file {str(job)!r} ") or (
+        err.startswith(f"shoal: error: cannot import job file {str(job)!r}")
+    )
+    assert needle in err and "shoal/job.py" not in err and not out.exists()
 
 
 def test_missing_job_file(capsys, tmp_path):
@@ -123,15 +146,22 @@ def test_thread_count_past_the_bound(capsys, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("seconds", ["inf", "1e300", "1e10"])
-def test_peer_timeout_past_the_bound(capsys, tmp_path, seconds):
+@pytest.mark.parametrize(
+    "seconds, needle",
+    [
+        ("inf", "argument --peer-timeout: invalid float value: 'inf' (a finite number)"),
+        ("1e300", "--peer-timeout must be > 0 and at most 86,400 seconds"),
+        ("1e10", "--peer-timeout must be > 0 and at most 86,400 seconds"),
+    ],
+)
+def test_peer_timeout_past_the_bound(capsys, tmp_path, seconds, needle):
     """inf and 1e300 failed every worker with 'membership.py:79: OverflowError'; 1e10 overflowed
     inside torch's collectives and the run hung."""
     code, err = run(
         capsys, DIGITS, "--workers", "v100,v100", "--steps", "2", "--out", str(tmp_path / "o"),
         "--peer-timeout", seconds,
     )  # fmt: skip
-    assert code == 2 and "--peer-timeout must be > 0 and at most 86,400 seconds" in err
+    assert code == 2 and needle in err
     assert err.count("\n") == 1 and not (tmp_path / "o").exists()
 
 

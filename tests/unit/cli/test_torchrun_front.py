@@ -27,6 +27,10 @@ from shoal_testing import DIGITS
         (["--max-restarts", "2"], ["-o", "nope=1"], "make_job does not take option(s): nope"),
         # what only the built job can judge: each worker refused it (shoal run's check_job)
         ([], ["--batch-policy", "pollux", "--local-steps", "4"], "--batch-policy pollux is adapt"),
+        # the job's flags as argparse refuses them: its whole usage block came first
+        ([], ["--threads", "x"], "argument --threads: invalid int value: 'x'"),
+        ([], ["--nope"], "unrecognized arguments: --nope"),
+        ([], ["--peer-timeout", "nan"], "argument --peer-timeout: invalid float value: 'nan'"),
     ],
 )
 def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, job, message):

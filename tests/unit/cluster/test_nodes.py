@@ -50,3 +50,30 @@ def test_empty_items_are_refused(spec, position):
         parse_cluster(spec)
     with pytest.raises(UserError, match="^empty cluster spec$"):
         parse_cluster(" ")
+
+
+@pytest.mark.parametrize(
+    "spec, tier",
+    [
+        ("4x4xv100:SPOT", "spot"),
+        ("4x4xv100:Spot", "spot"),
+        ("4x4xv100:on-demand", "on_demand"),
+        ("4x4xv100:ON_DEMAND", "on_demand"),
+        ("4x4xv100:on_demand", "on_demand"),
+        ("4x4xV100", "on_demand"),
+    ],
+)
+def test_tier_in_any_case(spec, tier):
+    """`:SPOT` and `:on-demand` were 'bad cluster item' here, where `shoal transient --cluster`
+    takes them."""
+    (group,) = parse_cluster(spec).groups
+    assert (group.count, group.gpus_per_node, group.kind, group.tier) == (4, 4, "v100", tier)
+
+
+@pytest.mark.parametrize("item", ["4x4xv100:cheap", "4x4xv100:spot_", "4x4xt4:-"])
+def test_unknown_tier_is_named(item):
+    from shoal.errors import UserError
+
+    message = f"^bad cluster item {item!r}: tier must be spot or on_demand$"
+    with pytest.raises(UserError, match=message):
+        parse_cluster(f"2x4xt4,{item}")
