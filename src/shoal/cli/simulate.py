@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workload",
         type=nonempty,
         default="pollux:6",
-        help="CSV path (Pollux, EasyScale or Philly format), pollux:N, or philly:N[:SEED]",
+        help="CSV path (Pollux, EasyScale or Philly format), pollux:N[:LOAD], or philly:N[:SEED]",
     )
     p.add_argument(
         "--cluster",

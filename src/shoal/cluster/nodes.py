@@ -87,7 +87,7 @@ def parse_cluster(spec: str) -> ClusterSpec:
         match = _ITEM.fullmatch(item)
         if not match:
             raise UserError(
-                f"bad cluster item {item!r}: expected NODESxGPUSxKIND[:spot] or a preset "
+                f"bad cluster item {item!r}: expected NODESxGPUSxKIND[:TIER] or a preset "
                 f"({', '.join(PRESETS)})"
             )
         count, per_node = int(match.group(1)), int(match.group(2))

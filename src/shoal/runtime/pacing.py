@@ -27,8 +27,9 @@ a K80 slower in a run where the workers contend more for the host's cores.
 
 An emulated cluster's gradient exchange can be slower than loopback's (servers on separate
 nodes: Pollux's traces show a step's exchange on three single-GPU nodes at 1.18x (cifar10) to
-1.78x (BERT) the compute of its local batch; docs/notes/adaptive-batch.md). `sync_s` (SHOAL_EMULATED_SYNC_S) adds that time to
-every step, after the step's collective, on every worker alike.
+1.78x (BERT) the compute of its local batch; docs/notes/adaptive-batch.md). `sync_s`
+(SHOAL_EMULATED_SYNC_S) adds that time to every step, after the step's collective, on every
+worker alike.
 """
 
 from __future__ import annotations
