@@ -55,19 +55,6 @@ def rate_at(curve: tuple[list[float], list[float]], progress: float) -> float:
     return rates[max(0, bisect.bisect_right(starts, progress) - 1)]
 
 
-def stats_at(rows: list[dict[str, float]], progress: float) -> tuple[float, float]:
-    """The logged (|g|^2, sigma^2) at `progress`, linear between rows (as the model reads them)."""
-    points = [r["progress"] for r in rows]
-    i = bisect.bisect_right(points, progress)
-    if i in (0, len(rows)):
-        row = rows[min(i, len(rows) - 1)]
-        return row["grad_sqr"], row["grad_var"]
-    a, b = rows[i - 1], rows[i]
-    w = (progress - a["progress"]) / (b["progress"] - a["progress"])
-    lerp = lambda key: a[key] + w * (b[key] - a[key])  # noqa: E731
-    return lerp("grad_sqr"), lerp("grad_var")
-
-
 def in_sample() -> list[dict]:
     out = []
     for app in APPS:
@@ -84,13 +71,14 @@ def epochs() -> list[dict]:
     """Measured progress per step against r at the epoch's logged statistics."""
     out = []
     for app in APPS:
-        m0 = goodput_model(app).profile.init_batch_size
-        for batch in goodput_model(app).profile.grad_batches[1:]:
+        prof = goodput_model(app).profile
+        for batch in prof.grad_batches[1:]:
             rows, p0, i0, ratios = run_rows(app, batch), 0.0, 0.0, []
             for row in rows:
                 if row["iteration"] > i0:
                     measured = (row["progress"] - p0) / (row["iteration"] - i0)
-                    ratios.append(measured / gain(batch, m0, row["grad_sqr"], row["grad_var"]))
+                    r = gain(batch, prof.init_batch_size, row["grad_sqr"], row["grad_var"])
+                    ratios.append(measured / r)
                 p0, i0 = row["progress"], row["iteration"]
             rest = [abs(r - 1) for r in ratios[1:]]
             out.append(
@@ -113,14 +101,16 @@ def held_out() -> list[dict]:
         for j in range(1, len(batches) - 1):
             lo, hi, batch = batches[j - 1], batches[j + 1], batches[j]
             w = math.log(batch / lo) / math.log(hi / lo)
-            rows_lo, rows_hi, rows = run_rows(app, lo), run_rows(app, hi), run_rows(app, batch)
-            c_lo, c_hi = per_step(rows_lo), per_step(rows_hi)
+            # the neighbours' logged statistics as the model reads them (linear between rows)
+            stats_lo, stats_hi = prof.grad_curves[j - 1].at, prof.grad_curves[j + 1].at
+            c_lo, c_hi = per_step(run_rows(app, lo)), per_step(run_rows(app, hi))
+            rows = run_rows(app, batch)
             end = rows[-1]["progress"]
             points = [c for c in cuts if c < end] + [end]
             by_stats = by_rate = 0.0
             for a, b in zip(points, points[1:], strict=False):
                 mid = (a + b) / 2
-                (s1, v1), (s2, v2) = stats_at(rows_lo, mid), stats_at(rows_hi, mid)
+                (s1, v1), (s2, v2) = stats_lo(mid), stats_hi(mid)
                 by_stats += (b - a) / gain(batch, m0, s1 + w * (s2 - s1), v1 + w * (v2 - v1))
                 r1, r2 = rate_at(c_lo, mid), rate_at(c_hi, mid)
                 by_rate += (b - a) / (r1 ** (1 - w) * r2**w)

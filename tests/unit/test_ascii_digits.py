@@ -50,15 +50,21 @@ def test_run_refuses_them_before_any_worker(tmp_path, capsys):
     ],
 )
 def test_integer_flags(argv, capsys):
+    args = _refused_then_read_in_ascii(argv, "int", capsys)
+    assert 2 in vars(args).values()  # ASCII digits as before
+
+
+def _refused_then_read_in_ascii(argv: list[str], kind: str, capsys):
+    """`argv` is refused in one line, exit 2, naming the invalid `kind` value; the same flags
+    in ASCII digits parse: their namespace."""
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(argv)
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.count("\n") == 1
-    assert "invalid int value" in err and "ASCII digits" in err
-    args = build_parser().parse_args(
+    assert f"invalid {kind} value" in err and "ASCII digits" in err
+    return build_parser().parse_args(
         [a.replace(FULL_TWO, "2").replace(ARABIC_TWO, "2") for a in argv]
     )
-    assert 2 in vars(args).values()  # ASCII digits as before
 
 
 @pytest.mark.parametrize(
@@ -84,14 +90,7 @@ def test_integer_flags(argv, capsys):
     ],
 )
 def test_float_flags(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        build_parser().parse_args(argv)
-    err = capsys.readouterr().err
-    assert info.value.code == 2 and err.count("\n") == 1
-    assert "invalid float value" in err and "ASCII digits" in err
-    args = build_parser().parse_args(
-        [a.replace(FULL_TWO, "2").replace(ARABIC_TWO, "2") for a in argv]
-    )
+    args = _refused_then_read_in_ascii(argv, "float", capsys)
     assert any(v in (2.0, 20.0, 200.0) for v in vars(args).values())  # ASCII digits as before
 
 

@@ -17,9 +17,9 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "shoal"
 ALLOWED: dict[str, set[str] | None] = {
     "plan": {"errors"},
     "perf": {"plan", "errors"},
-    "cluster": {"perf", "errors"},
-    "control": {"perf", "plan", "cluster", "errors"},
-    "sim": {"control", "perf", "plan", "cluster", "errors", "json_input"},
+    "cluster": {"perf", "errors", "digits"},
+    "control": {"perf", "plan", "cluster", "errors", "digits"},
+    "sim": {"control", "perf", "plan", "cluster", "errors", "json_input", "digits"},
     "runtime": {"control", "perf", "plan", "errors", "job", "config", "metrics"},
     "launcher": {
         "runtime",
@@ -39,10 +39,11 @@ ALLOWED: dict[str, set[str] | None] = {
     "tune": {"schedule", "models", "errors"},
     "models": {"schedule"},
     "schedule": {"errors"},
-    "config": {"errors"},
+    "config": {"errors", "digits"},
     "metrics": {"errors", "json_input"},
     "job": {"errors"},
     "errors": set(),
+    "digits": set(),  # numbers in a user's text: ASCII digits only
     "json_input": set(),  # JSON from a user's file, every refusal a ValueError
     "console": set(),
     "data": set(),

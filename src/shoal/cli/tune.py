@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from shoal.cli.flags import ascii_float, ascii_int, nonempty_path
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 
 _MODELS = ("gpt2", "bert", "llama", "wideresnet")
@@ -76,10 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _csv(text: str, parse: Any, flag: str) -> tuple:
-    if not text.isascii():  # int() and float() read other scripts' digits: '１' was 1
-        raise UserError(f"{flag}: cannot parse {text!r} (ASCII digits only)")
     try:
-        values = tuple(parse(v.strip()) for v in text.split(",") if v.strip())
+        values = tuple(parse(v.strip()) for v in ascii_digits(text).split(",") if v.strip())
     except ValueError as exc:
         raise UserError(f"{flag}: cannot parse {text!r} ({exc})") from None
     if not values:

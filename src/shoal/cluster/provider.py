@@ -34,6 +34,7 @@ from shoal.cluster.revocation import (
     load_gce_lifetimes,
     revocation_model,
 )
+from shoal.digits import ascii_digits
 from shoal.errors import UserError, unreadable
 from shoal.perf.devices import TIERS, load_devices
 
@@ -228,12 +229,12 @@ def parse_spot_lifetimes(text: str) -> dict[str, RevocationModel]:
 def _trace_row(row: list[str], where: str) -> tuple[str, str, float]:
     """One line of a trace file: ("bamboo", node action, ms) or ("csv", kind, lifetime_s)."""
     try:
-        if len(row) == 3 and row[1] in ("add", "remove") and row[0].isascii():
-            ms = float(row[0])  # (float() reads other scripts' digits: '１' is 1.0)
+        if len(row) == 3 and row[1] in ("add", "remove"):
+            ms = float(ascii_digits(row[0]))
             if math.isfinite(ms):  # NaN or inf ms made a NaN lifetime, taken silently
                 return f"bamboo:{row[1]}", row[2], ms / 1000.0
-        if len(row) == 2 and row[1].isascii():
-            life = float(row[1])
+        if len(row) == 2:
+            life = float(ascii_digits(row[1]))
             if life >= 0 and not math.isnan(life):
                 return "csv", load_devices().check(row[0]), life
     except UserError as exc:

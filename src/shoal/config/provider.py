@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from shoal.config.fields import at_least, option
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 
 # [0-9], not \d: other scripts' digits are \d, and int() and float() read them ('２' is 2)
@@ -38,7 +39,7 @@ def parse_usd(text: str, flag: str) -> float:
     """`2.50usd`, `$2.5` or `2.5` -> 2.5."""
     raw = text.strip().lower().removeprefix("$").removesuffix("usd").strip()
     try:
-        value = float(raw) if raw.isascii() else math.nan  # float('２') is 2.0
+        value = float(ascii_digits(raw))
     except ValueError:
         value = math.nan
     if not value > 0 or math.isinf(value):
@@ -241,7 +242,7 @@ class ProviderConfig:
         if self.notice.strip().lower() == "none":
             return None
         try:
-            value = float(self.notice) if self.notice.isascii() else math.nan  # not '３0'
+            value = float(ascii_digits(self.notice))
         except ValueError:
             value = math.nan
         if not 0 <= value < math.inf:  # inf: a notice at the lease's start, no revocation
@@ -269,9 +270,7 @@ class ProviderConfig:
             key, _, span = item.rpartition(":")
             a, _, b = span.partition("-")
             try:
-                if not span.isascii():  # float() reads other scripts' digits: '１' is 1.0
-                    raise ValueError
-                lo, hi = float(a), float(b)
+                lo, hi = float(ascii_digits(a)), float(ascii_digits(b))
             except ValueError:
                 raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None
             if not (math.isfinite(lo) and math.isfinite(hi)):  # 1e400: an outage never over

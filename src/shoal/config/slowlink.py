@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from shoal.config.fields import option
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 
 # what a mode's setting is when its flag is not given (the field's None: "not given", so that a
@@ -97,16 +98,14 @@ class SlowLinkConfig:
     )
 
     def __post_init__(self) -> None:
-        # the grammar only (config imports nothing but errors); `control.bandwidth`'s
+        # the grammar only (config imports nothing but errors and digits); `control.bandwidth`'s
         # parse_compress / parse_sites give the worker its parsed values
         mode, _, keep = self.compress.partition(":")
         if mode in ("none", "auto") and not keep and not _:
             pass
         elif mode in ("topk", "blocktopk") and keep:
             try:
-                if not keep.isascii():  # float() reads other scripts' digits: '0.５' is 0.5
-                    raise ValueError
-                ratio = float(keep)
+                ratio = float(ascii_digits(keep))
             except ValueError:
                 raise UserError(f"--compress {self.compress}: KEEP must be a number") from None
             if not 0.0 < ratio < 1.0:

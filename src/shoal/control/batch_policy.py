@@ -33,6 +33,7 @@ from shoal.control.batch_policy_base import (
     is_decision_step,
     within_bounds,
 )
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 from shoal.perf.goodput import gain
 
@@ -220,9 +221,7 @@ def _parse_ramp(text: str, by_loss: bool) -> list[tuple[int, float]]:
     thresholds strictly decreasing (the first may be inf)."""
     key = "ramp_loss" if by_loss else "ramp"
     try:
-        if not str(text).isascii():  # int() reads other scripts' digits: '２56' is 256
-            raise ValueError
-        pairs = [item.split("@") for item in str(text).split(",")]
+        pairs = [item.split("@") for item in ascii_digits(str(text)).split(",")]
         ramp = [(int(b), float(x) if by_loss else int(x)) for b, x in pairs]
     except ValueError:
         mark = "LOSS" if by_loss else "STEP"
@@ -281,8 +280,8 @@ def make_policy(
             known = ", ".join(sorted(cls.options)) or "none"
             raise UserError(f"unknown option {key!r} for batch policy {name} (known: {known})")
         try:
-            if kind is not str and isinstance(value, str) and not value.isascii():
-                raise ValueError  # float() reads other scripts' digits: '０.1' is 0.1
+            if isinstance(value, str) and kind is not str:  # a number, in ASCII digits
+                value = ascii_digits(value)
             typed[key] = kind(value)
         except (TypeError, ValueError):
             raise UserError(f"option {key}={value!r} is not a {kind.__name__}") from None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shoal.control.gradstats import NoiseScale, StepStats
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 from shoal.perf.goodput import gain
 
@@ -47,9 +48,7 @@ def parse_bounds(text: str) -> tuple[int, int]:
     """'64:2048' -> (64, 2048)."""
     parts = str(text).split(":")
     try:
-        if not str(text).isascii():  # int() reads other scripts' digits: '１６' is 16
-            raise ValueError
-        low, high = (int(p) for p in parts)
+        low, high = (int(ascii_digits(p)) for p in parts)
     except ValueError:
         raise UserError(f"batch bounds {text!r} are not LOW:HIGH in samples") from None
     if low < 1:

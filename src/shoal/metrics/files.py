@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 from shoal.json_input import loads
 from shoal.metrics.cost import CostLine, LeaseLine
 from shoal.metrics.fields import Fields, drop_none
@@ -140,10 +140,8 @@ def read_result(path: str | Path) -> RunResult | None:
         obj = loads(path.read_text(encoding="utf-8"), float_ints=True)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: {unreadable(exc)}") from None
     except ValueError as exc:  # nested too deeply, an integer no float holds
         raise UserError(f"{path}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     return RunResult.from_json(obj, str(path))

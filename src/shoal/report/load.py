@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 from shoal.metrics.cost import CostLine, LeaseLine
 from shoal.metrics.files import (
     METRICS_FILE,
@@ -88,7 +88,7 @@ def load_run(directory: str | Path) -> Run:
     try:
         data = metrics.read_bytes()
     except OSError as exc:  # no permission, an I/O error: was a traceback
-        raise UserError(f"{metrics}: cannot read ({exc.strerror or exc})") from None
+        raise UserError(f"{metrics}: {unreadable(exc)}") from None
     records = list(parse_metrics_bytes(data, str(metrics)))
     steps, events = split_records(records)
     return Run(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from shoal.cluster.nodes import PRESETS, ClusterSpec, parse_cluster, spot_nodes
 from shoal.cluster.revocation import revocation_model
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 from shoal.sim.policies import POLICIES, make_policy
 from shoal.sim.report import format_comparison, summarize, write_outputs
@@ -32,9 +33,7 @@ def parse_spot(spec: str | None) -> tuple[float, str]:
     if colon and not model:  # '0.5:' took the default model without a word
         raise UserError(f"bad --spot {spec!r}: no revocation model after ':'")
     try:
-        if not fraction.isascii():  # float() reads other scripts' digits: '０.5' is 0.5
-            raise ValueError
-        value = float(fraction)
+        value = float(ascii_digits(fraction))
     except ValueError:
         raise UserError(f"bad --spot fraction {fraction!r} (expected a number in [0, 1])") from None
     return value, model or "gce"

@@ -26,7 +26,8 @@ from importlib import resources
 from pathlib import Path
 
 from shoal.cluster.nodes import MAX_GPUS
-from shoal.errors import UserError
+from shoal.digits import ascii_digits
+from shoal.errors import UserError, unreadable
 from shoal.perf.devices import load_devices
 from shoal.perf.goodput import goodput_model
 from shoal.perf.profiles import APPS, PROFILE_KIND, load_profile
@@ -66,21 +67,17 @@ def _rows(path: Path):
                 if row and any(cell.strip() for cell in row):
                     rows += 1
                     yield lineno, dict(zip([h.strip() for h in header], row, strict=False)), row
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
+    except (OSError, UnicodeDecodeError) as exc:  # permissions, an I/O error: was a traceback
+        raise UserError(f"{path}: {unreadable(exc)}") from None
     except csv.Error as exc:  # e.g. a field past the csv module's limit: was a traceback
         raise UserError(f"{path}:{reader.line_num}: not CSV ({exc})") from None
-    except OSError as exc:  # unreadable (permissions, an I/O error): was a traceback
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if not rows:  # a header alone ran 0 jobs, exit 0 (Philly: an IndexError)
         raise UserError(f"{path}: no jobs")
 
 
 def _num(path: Path, lineno: int, row: dict, key: str, kind=float, minimum: float | None = 0):
     try:
-        if not row[key].isascii():  # int() and float() read other scripts' digits: '２' is 2
-            raise ValueError
-        value = kind(row[key])
+        value = kind(ascii_digits(row[key]))
         if not math.isfinite(value):  # NaN or inf seconds, GPUs: a simulation that never ends
             raise ValueError
     except (KeyError, TypeError, ValueError, OverflowError):
@@ -289,10 +286,8 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
     try:
         with path.open(encoding="utf-8-sig") as fh:
             header = fh.readline()
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: {unreadable(exc)}") from None
     if "max_parallelism" in header:
         return load_easyscale_workload(path)
     if "num_replicas" in header:
@@ -304,8 +299,6 @@ def load_workload(spec: str, seed: int = 0) -> list[JobSpec]:
 
 def _int_arg(text: str, spec: str) -> int:
     try:
-        if not text.isascii():  # int() reads other scripts' digits: philly:２ was philly:2
-            raise ValueError
-        return int(text)
+        return int(ascii_digits(text))
     except ValueError:
         raise UserError(f"bad number {text!r} in workload spec {spec!r}") from None
