@@ -246,6 +246,12 @@ def test_resume_continues_the_ledger(tmp_path):
     assert result["cost"]["usd"] > first["cost"]["usd"]
     assert result["cost"]["usd"] == pytest.approx(recompute_usd(lines), rel=1e-9)
     assert sum(result["cost"]["by_tier"].values()) == pytest.approx(result["cost"]["usd"])
+    # OUT/scenario.json is the last attempt's; each attempt's is kept in its log folder
+    steps = {
+        p.parent.name: json.loads(p.read_text())["steps"] for p in out.glob("logs/*/scenario.json")
+    }
+    assert steps == {"attempt-1": 20, "attempt-2": 30}
+    assert json.loads((out / "scenario.json").read_text())["steps"] == 30
 
 
 CRASHING_JOB = """

@@ -46,11 +46,11 @@ from shoal.launcher.leases import LeaseBook, lease_label
 from shoal.launcher.measured import Measurements
 from shoal.launcher.restart import Restarts
 from shoal.launcher.runmodel import RunModel
+from shoal.metrics.files import SCENARIO_FILE
 from shoal.metrics.training import MembershipEvent, StepLine
 from shoal.runtime.outputs import write_json_atomic
 from shoal.sim.scenario import Scenario
 
-SCENARIO_FILE = "scenario.json"
 STRAGGLE_S = 10.0  # wall seconds a leaver left out of the new group may take to exit
 FAILURES_PER_WORKER = 2  # own failures per initial worker, without a step trained, tolerated
 
@@ -380,9 +380,11 @@ class Driver:
 
     def finish(self) -> None:
         """Close every lease at the end, write the last cost line, the result's cost block and
-        the scenario of this run. A run that trained every step ends at its last step: the
-        workers' exit after it (seconds of wall time, hours of emulated time at large time
-        scales) is an artefact of the emulation, as their start-up is."""
+        the scenario of this attempt (OUT/scenario.json, and a copy kept in the attempt's log
+        folder: a resume's replaces the first, never the second). A run that trained every
+        step ends at its last step: the workers' exit after it (seconds of wall time, hours of
+        emulated time at large time scales) is an artefact of the emulation, as their
+        start-up is."""
         now = self.now()
         if self.last_step_s is not None and self.ctl.steps_done >= self.spec.config.steps:
             now = min(now, self.last_step_s)
@@ -390,7 +392,9 @@ class Driver:
         self.book.close_all(now, out)
         if not self.measured.host:  # stopped before it measured the host: no scenario to replay
             return
-        write_json_atomic(out / SCENARIO_FILE, self.scenario().to_json())
+        scenario = self.scenario().to_json()
+        write_json_atomic(out / SCENARIO_FILE, scenario)  # the last attempt's, to replay
+        write_json_atomic(self.ctl.logs / SCENARIO_FILE, scenario)  # each attempt's, kept
         book = self.book
         self.ctl.say(self.watch.end_line(book.ledger.total_usd, book.revocations, now))
 

@@ -37,7 +37,13 @@ from shoal.config import RunConfig
 from shoal.errors import RunFailed, UserError
 from shoal.job import parse_options
 from shoal.launcher.spec import RunSpec, load_job
-from shoal.metrics.files import METRICS_FILE, RESULT_FILE, parse_line, parse_metrics_bytes
+from shoal.metrics.files import (
+    METRICS_FILE,
+    RESULT_FILE,
+    SCENARIO_FILE,
+    parse_line,
+    parse_metrics_bytes,
+)
 from shoal.runtime.built import built_model
 from shoal.runtime.checkpoint import OTHER_JOB, check_resumable, latest_checkpoint_step
 from shoal.runtime.outputs import job_fingerprint
@@ -219,8 +225,10 @@ def next_number(folder: pathlib.Path, prefix: str) -> int:
 
 def set_aside_earlier_results(out: pathlib.Path) -> None:
     """A fresh run in a directory where an earlier one left results but no checkpoint: its
-    metrics and result are renamed `earlier-N-<name>`, with a warning, never overwritten."""
-    found = [out / name for name in (METRICS_FILE, RESULT_FILE) if (out / name).exists()]
+    metrics, result and scenario are renamed `earlier-N-<name>`, with a warning, never
+    overwritten (nor left to read as this run's)."""
+    names = (METRICS_FILE, RESULT_FILE, SCENARIO_FILE)
+    found = [out / name for name in names if (out / name).exists()]
     if not found:
         return
     n = next_number(out, "earlier")

@@ -23,6 +23,7 @@ from shoal.metrics.training import MembershipEvent, StepLine
 
 METRICS_FILE = "metrics.jsonl"
 RESULT_FILE = "result.json"
+SCENARIO_FILE = "scenario.json"  # a provider run's measured scenario (`launcher.autoscale`)
 
 Record = StepLine | MembershipEvent | LeaseLine | CostLine
 

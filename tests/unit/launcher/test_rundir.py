@@ -324,13 +324,17 @@ def test_a_fresh_run_keeps_an_earlier_runs_results_aside(tmp_path, capsys):
     for n in (1, 2):
         (tmp_path / "metrics.jsonl").write_text(f"run {n}\n")
         (tmp_path / "result.json").write_text(f'{{"run": {n}}}')
+        if n == 2:  # a provider run's scenario: not to be read as the next run's
+            (tmp_path / "scenario.json").write_text(f'{{"run": {n}}}')
         set_aside_earlier_results(tmp_path)
         assert not (tmp_path / "metrics.jsonl").exists()
         assert (tmp_path / f"earlier-{n}-metrics.jsonl").read_text() == f"run {n}\n"
         assert (tmp_path / f"earlier-{n}-result.json").exists()
+    assert not (tmp_path / "scenario.json").exists()
+    assert (tmp_path / "earlier-2-scenario.json").read_text() == '{"run": 2}'
     assert "kept as earlier-2-*" in capsys.readouterr().err
     set_aside_earlier_results(tmp_path)  # nothing left to keep: nothing happens
-    assert len(list(tmp_path.glob("earlier-*"))) == 4
+    assert len(list(tmp_path.glob("earlier-*"))) == 5
 
 
 def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
