@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import pathlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shoal.errors import UserError, unreadable
@@ -63,9 +64,10 @@ def named(events: list[Event], first: int = 3) -> str:
     return f"{len(events)} events ({shown}{more})"
 
 
-def _is_file(text: str) -> bool:
+def _is(text: str, test: Callable[[pathlib.Path], bool]) -> bool:
+    """`test` (Path.is_file, Path.is_dir) of the path `text`; False where it cannot be one."""
     try:
-        return pathlib.Path(text).is_file()
+        return test(pathlib.Path(text))
     except (OSError, ValueError):  # a name too long for the filesystem, a NUL byte
         return False
 
@@ -74,12 +76,14 @@ def _items(text: str, source: str) -> tuple[str, list[tuple[str, str]]]:
     """(where the items come from, [(`item N` or `line N`, item)]): an inline list or a file."""
     # a list (a colon, a separator, or words that are no file's name) or a file of events
     looks_inline = any(c in text for c in ":;\n") or (" " in text.strip())
-    if looks_inline and not _is_file(text):
+    if looks_inline and not _is(text, pathlib.Path.is_file):
         items = text.replace("\n", ";").split(";")
         return source, [(f"item {n}", item) for n, item in enumerate(items, start=1)]
     path = pathlib.Path(text)
-    if not _is_file(text):
-        raise UserError(f"{source}: no such events file {text[:200]!r}")
+    if not _is(text, pathlib.Path.is_file):
+        folder = _is(text, pathlib.Path.is_dir)
+        what = "a folder, not an events file" if folder else "no such events file"
+        raise UserError(f"{source}: {what} {text[:200]!r}")
     try:  # utf-8-sig: a byte-order mark, as an editor may write it, is no part of the first line
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

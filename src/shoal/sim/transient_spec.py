@@ -142,6 +142,8 @@ def _build(servers: list[Server | None]) -> TransientCluster:
 def parse_cluster(spec: str, check_kind: KindCheck | None = None) -> TransientCluster:
     """A cluster from an inline spec (`4xk80@us-east1:spot,ps`) or `@FILE` / an existing file;
     `check_kind(kind)` may refuse a worker kind (a UserError naming the item)."""
+    if spec.strip() == "@":
+        raise UserError("cluster spec '@' names no file (@FILE)")
     path = Path(spec[1:] if spec.startswith("@") else spec)
     if spec.startswith("@") or path.is_file():
         return load_cluster_file(path, check_kind)

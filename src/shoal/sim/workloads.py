@@ -258,6 +258,8 @@ def pollux_workload_path(spec: str) -> Path:
     """The packaged file of `pollux:N[:LOAD]` (load 1.0 lives in `workloads/`)."""
     parts = spec.split(":")
     load = parts[2] if len(parts) > 2 else "1.0"
+    if not parts[1]:
+        raise UserError(f"bad Pollux workload {spec!r}: no workload number (pollux:N[:LOAD])")
     if len(parts) > 3 or load not in POLLUX_LOADS:
         raise UserError(f"bad Pollux workload {spec!r} (loads: {', '.join(POLLUX_LOADS)})")
     folder = "workloads" if load == "1.0" else f"workloads-{load}"

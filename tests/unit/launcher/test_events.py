@@ -52,6 +52,15 @@ def test_bad_events_name_the_problem(text, needle):
         parse_events(text)
 
 
+def test_an_events_folder_is_named_a_folder(tmp_path):
+    """Was "no such events file" for a folder that exists; a name too long for the filesystem
+    is still no such file (not an OSError)."""
+    with pytest.raises(UserError, match="^--events: a folder, not an events file '.*'$"):
+        parse_events(str(tmp_path))
+    with pytest.raises(UserError, match="^--events: no such events file 'xxx"):
+        parse_events("x" * 5000)
+
+
 def test_an_events_file_that_is_not_text(tmp_path):
     """Binary garbage was "'utf-8' codec can't decode byte 0xff", naming no file or flag."""
     f = tmp_path / "ev.bin"

@@ -242,6 +242,12 @@ def test_missing_cluster_file(tmp_path):
         parse_cluster(f"@{tmp_path / 'nope.txt'}")
 
 
+def test_at_sign_alone_names_no_file():
+    """Was "cannot read cluster file '.': Is a directory" (Path('') is the working folder)."""
+    with pytest.raises(UserError, match=r"^cluster spec '@' names no file \(@FILE\)$"):
+        parse_cluster("@")
+
+
 def test_binary_cluster_file(tmp_path):
     """Was a bare "'utf-8' codec can't decode byte 0xff", naming no file."""
     path = tmp_path / "cluster.bin"

@@ -119,6 +119,8 @@ def test_binary_workload_file(tmp_path, header):
         (["--spot", "half"], "bad --spot fraction"),
         (["--spot", "0.5:"], "bad --spot '0.5:': no revocation model after ':'"),  # was gce
         (["--workload", "pollux:99"], "no packaged Pollux workload"),
+        # was "no packaged Pollux workload workload-.csv at load 1.0"
+        (["--workload", "pollux:"], "bad Pollux workload 'pollux:': no workload number"),
         # NaN was 'cannot convert float NaN to integer'; --tick inf finished no job, exit 0
         (["--tick", "nan"], "--tick: invalid float value: 'nan' (a finite number)"),
         (["--tick", "inf"], "--tick: invalid float value: 'inf' (a finite number)"),
