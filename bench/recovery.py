@@ -51,6 +51,7 @@ CHECKPOINT_EVERY = 10
 TE_EVENTS = [(15, "notice"), (35, "kill"), (55, "join")]  # (steps completed, event)
 KINDS = ("notice", "kill", "join")
 TIMEOUT_S = 240.0
+HOLD_FILE = "hold"  # the TorchElastic job trains on past its steps while this file exists
 
 
 def machine() -> str:
@@ -132,6 +133,7 @@ def torchrun_command(port: int, out: pathlib.Path, steps: int) -> list[str]:
         *("--rdzv-conf=last_call_timeout=1", "--local-addr=127.0.0.1", "--max-restarts=3"),
         *(str(TE_JOB.relative_to(ROOT)), "--steps", str(steps)),
         *("--checkpoint-every", str(CHECKPOINT_EVERY), "--out", str(out)),
+        *("--hold", str(out / HOLD_FILE)),  # past --steps until the last restart is measured
     ]
 
 
@@ -163,6 +165,18 @@ class Torchrun:
                 raise RuntimeError(f"torchrun job never reached step {step}: see {self.out}")
             time.sleep(0.01)
 
+    def wait_until_measured(self, fired: list[tuple[str, float]], deadline: float) -> None:
+        """Until every fired event's restart has stepped beyond where it struck."""
+        while True:
+            try:
+                torchrun_recoveries(read_jsonl(self.log), fired)
+                return
+            except (StopIteration, IndexError):
+                pass
+            if time.time() > deadline or all(a.poll() is not None for a in self.agents):
+                return  # run_torchrun reports the failure
+            time.sleep(0.05)
+
     def worker_pid(self, local_rank: int) -> int:
         """The pid of the newest worker process with this local rank on the first agent."""
         starts = [r for r in read_jsonl(self.log) if r["kind"] == "start"]
@@ -190,6 +204,8 @@ def run_torchrun(out: pathlib.Path, steps: int) -> list[dict]:
     job = Torchrun(out, steps)
     deadline = time.time() + TIMEOUT_S
     fired = []
+    hold = out / HOLD_FILE
+    hold.touch()
     try:
         job.start_agent()
         for at, event in TE_EVENTS:
@@ -200,6 +216,8 @@ def run_torchrun(out: pathlib.Path, steps: int) -> list[dict]:
             else:  # a graceful notice (SIGTERM) or an abrupt loss (SIGKILL) of one worker
                 sig = signal.SIGTERM if event == "notice" else signal.SIGKILL
                 os.kill(job.worker_pid(local_rank=1), sig)
+        job.wait_until_measured(fired, deadline)
+        hold.unlink()  # the job ends at --steps, or at once if it is past them
         for agent in job.agents:
             agent.wait(timeout=max(1.0, deadline - time.time()))
         if any(agent.returncode != 0 for agent in job.agents):
@@ -315,7 +333,9 @@ def main() -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="whole runs of each side")
     p.add_argument("--shoal-steps", type=int, default=260, help="long enough for the join")
-    p.add_argument("--torchrun-steps", type=int, default=240, help="long enough for the join")
+    p.add_argument(
+        "--torchrun-steps", type=int, default=240, help="at least (on until the join is measured)"
+    )
     p.add_argument("--out", default=None, help="keep the runs here (None: a temp dir)")
     p.add_argument(
         "--sides",

@@ -11,6 +11,11 @@ file, then an atomic rename), and every (re)started worker loads the newest chec
 failure, notice or new node, torchrun stops every worker and starts them again; whatever was
 computed after the last checkpoint is computed again.
 
+With `--hold FILE` the job goes on training past --steps while FILE exists (every rank agrees
+through an all-reduce of what it saw): bench/recovery.py removes it once it has measured the
+restart of its last event, which a fixed step count could end before (a joining agent takes
+seconds to start; at ~20 ms a step, 15 steps after the join was not enough).
+
 It logs to DIR/log.jsonl (appended, one line per event, wall clock `time`):
 `start` (a worker process began: pid, rank, local rank, world size, restart count),
 `resumed` (the step it restored from the checkpoint) and `step` (rank 0, after each
@@ -42,6 +47,15 @@ def log(path: pathlib.Path, record: dict) -> None:
         f.write(json.dumps({**record, "time": time.time()}) + "\n")
 
 
+def held(path: str | None) -> bool:
+    """Whether every rank still sees the hold file (an all-reduce: they stop at the same step)."""
+    if path is None:
+        return False
+    seen = torch.tensor([float(pathlib.Path(path).exists())])
+    dist.all_reduce(seen, op=dist.ReduceOp.MIN)
+    return bool(seen.item())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -53,6 +67,7 @@ def main() -> None:
     p.add_argument("--global-batch-size", type=int, default=256, help="samples per step")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
     p.add_argument("--seed", type=int, default=0, help="seeds the model and the data order")
+    p.add_argument("--hold", default=None, help="past --steps, go on while this file exists")
     args = p.parse_args()
     for flag in ("steps", "checkpoint_every", "global_batch_size"):
         if getattr(args, flag) < 1:
@@ -96,7 +111,7 @@ def main() -> None:
 
     per_rank = args.global_batch_size // world
     n = len(labels)
-    while step < args.steps:
+    while step < args.steps or held(args.hold):
         # global batch `step` of a per-epoch shuffled order; each rank takes its slice
         epoch, offset = divmod(step * args.global_batch_size, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed + epoch))

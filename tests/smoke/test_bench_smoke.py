@@ -488,7 +488,7 @@ def test_recovery_shoal_side(tmp_path):
 @pytest.mark.dist
 @pytest.mark.skipif(
     os.environ.get("SHOAL_SMOKE_RECOVERY") != "1",
-    reason="both sides take about 3 min (torchrun's restarts are slow): "
+    reason="both sides take over a minute (torchrun's restarts are slow): "
     "set SHOAL_SMOKE_RECOVERY=1 to run them",
 )
 def test_recovery_both_sides(tmp_path):
@@ -501,6 +501,15 @@ def test_recovery_both_sides(tmp_path):
     assert row["repeats"] == 1
     (shoal,) = row["shoal_runs"]
     assert [(e["event"], e["workers"]) for e in shoal][:2] == [("notice", "4->3"), ("kill", "3->2")]
+    # the job trains on past its 70 steps until the join's restart is measured (--hold): it
+    # ended first on an idle machine, and the run failed
+    (te,) = row["torchelastic_runs"]
+    assert [(e["event"], e["workers"]) for e in te] == [
+        ("notice", "2->2"),
+        ("kill", "2->2"),
+        ("join", "2->4"),
+    ]
+    assert te[2]["after_step"] >= 55 and not (tmp_path / "torchrun-0-0" / "hold").exists()
 
 
 @pytest.mark.dist
