@@ -39,6 +39,23 @@ def _steady_samples_per_s(steps, warmup: int = 5) -> float:
     return steady[0].global_batch_size / statistics.median(s.step_time_s for s in steady)
 
 
+def _same_device_for_both(workers: int) -> str | None:
+    """Both runs train on the same kind of device, or their bits could not agree (a GPU's
+    kernels are not the CPU's): where CUDA shows fewer GPUs than the mixed run has workers
+    (each needs its own: `launcher.gpus`), the demo hides them from both runs. What it says
+    of it, or None."""
+    from shoal.launcher.gpus import visible_gpus
+
+    shown = len(visible_gpus())
+    if not shown or shown >= workers:
+        return None
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # read by the launcher and the workers it starts
+    return (
+        f"(both runs on the CPU: the mixed run's {workers} workers need a GPU each and CUDA "
+        f"shows {shown}; a GPU and the CPU give different bits)"
+    )
+
+
 def _demo(args: argparse.Namespace) -> int:
     from shoal.config import EmulationConfig, RunConfig
     from shoal.errors import UserError
@@ -50,6 +67,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise UserError(f"the demo needs {DIGITS} (run it from a source checkout)")
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-demo-"))
     kinds = load_devices().parse_workers(args.mixed)
+    where = _same_device_for_both(len(kinds))
     options = ["micro_batch_size=32", "global_batch_size=256"]  # M = 8 micro-batches per step
     runs = {}
     for name, workers in (("mixed", kinds), ("single", kinds[:1])):
@@ -84,5 +102,7 @@ def _demo(args: argparse.Namespace) -> int:
         f"(emulated on {cores} CPU cores that all {len(kinds)} workers share; with a device per "
         "worker the mixed cluster adds the K80s' speed)"
     )
+    if where:
+        print(where)
     print(f"runs kept in {root}")
     return 0 if same else 1

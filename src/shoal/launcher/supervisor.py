@@ -8,7 +8,8 @@ the lines the workers append to metrics.jsonl, the autoscaler (`autoscale.Driver
 - a notice sends SIGTERM: the worker leaves at the next step boundary, handing nothing over
   because every member already holds the state (and is SIGKILLed if its deadline passes);
 - a new worker starts at once (up to the host's process limit; an add past it waits for a
-  process to end) and is admitted once it has built its model.
+  process to end) and is admitted once it has built its model; on a machine with GPUs each
+  worker holds one of its own, or all train on the CPU (`gpus.py`).
 Every wait has a deadline or a process to watch: when nothing can continue (no live worker and
 no timed join still to come) the run fails at once, and a worker that stopped on an error in
 the job's code (exit code 2, with its cause in `<wid>.cause.json`) stops the run with that
@@ -34,6 +35,7 @@ from shoal.console import Progress
 from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
 from shoal.launcher.events import named
 from shoal.launcher.generations import Generations
+from shoal.launcher.gpus import GpuSlots, most_at_once, visible_gpus
 from shoal.launcher.rundir import next_number, resume_hint, wind_down
 from shoal.launcher.spec import RunSpec, Speeds, local_worker_limit
 from shoal.metrics.files import METRICS_FILE, RESULT_FILE, parse_line
@@ -90,6 +92,9 @@ class Controller(Generations):
         self.finished = False
         self.alone_since: float | None = None  # when only workers declared lost were left
         self.timeout_s = spec.config.peer_timeout_s
+        provider = spec.config.provider
+        at_once = most_at_once(len(spec.kinds), provider.max_servers if provider.name else None)
+        self.gpus = GpuSlots(visible_gpus(), at_once)  # which GPU each worker gets, if any
         self.rng = random.Random(spec.config.seed or 0)  # picks the victims of `kill random`
         # servers bought from a provider (`--provider`): autoscale.Driver, built on this loop
         self.driver = driver(self) if driver else None
@@ -97,6 +102,9 @@ class Controller(Generations):
     # -- processes -------------------------------------------------------------------------
     def running_processes(self) -> int:
         return sum(w.proc.poll() is None for w in self.workers.values())
+
+    def alive(self, wid: str) -> bool:
+        return self.workers[wid].proc.poll() is None
 
     def spawn(self, kind: str) -> Worker:
         wid = f"w{len(self.workers)}"
@@ -109,6 +117,7 @@ class Controller(Generations):
             SHOAL_CONTROLLER_PID=str(os.getpid()),  # a worker ends with its controller
             LOCAL_RANK=str(len(self.workers)),
             **self.spec.worker_config(self.speeds.slowdown[kind]).to_env(),
+            **self.gpus.env(wid, self.alive),
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
         log = self.logs / f"{wid}.log"
@@ -150,6 +159,8 @@ class Controller(Generations):
             kinds = ", ".join(self.spec.kinds)
             n = len(self.spec.kinds)
             self.say(f"starting {n} worker{'s' if n != 1 else ''} ({kinds}); logs in {self.logs}")
+            if self.gpus.note():
+                self.say(self.gpus.note())
             while not self.finished:
                 self.read_progress()
                 if self.driver:
@@ -227,11 +238,14 @@ class Controller(Generations):
                 # joins at one step (or before anyone leaves) all started at once: 1,000 adds
                 # were 1,000 torch processes. Past the limit an add waits for a process to end.
                 limit = local_worker_limit()
-                if self.running_processes() >= limit:
+                if self.running_processes() >= limit or self.gpus.waiting(self.alive):
                     self.pending.append(e)
                     if not self.said_full:
                         self.said_full = True
-                        self.say(f"{limit} worker processes running: an add waits")
+                        full = f"{limit} worker processes running"
+                        if self.gpus.ids:
+                            full = f"each of the {len(self.gpus.ids)} GPUs held"
+                        self.say(f"{full}: an add waits")
                     continue
                 w = self.spawn(e.kind)
                 self.say(f"step {self.steps_done}: starting {w.id} ({w.kind})")

@@ -105,19 +105,37 @@ class Worker:
         return None
 
 
-def _device() -> torch.device:
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
+def _device(consistency: str) -> torch.device:
+    """This worker's GPU, or the CPU where CUDA shows none. Under `shoal run` the launcher pins
+    each worker to its own GPU (`launcher.gpus`: cuda:0 inside it) or to none; under torchrun
+    the local rank's GPU, one per process. The exact mode asks for deterministic kernels: with
+    torch's defaults two identical one-GPU runs of examples/digits.py ended in different bits
+    (H100, torch 2.11; cuDNN picks its convolution algorithms freely), and the exact sum only
+    makes bits equal if every micro-batch's gradient is."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    index = 0 if os.environ.get("SHOAL_WORKER_ID") else int(os.environ.get("LOCAL_RANK", 0))
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise UserError(
+            f"local rank {index} has no GPU of its own: CUDA shows {count} "
+            "(one GPU per worker process; --nproc-per-node at most the GPUs)"
+        )
+    if consistency == "exact":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+        torch.use_deterministic_algorithms(True)
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return device
 
 
 @reports_errors
 def main(config: RunConfig) -> int:
     t0 = float(os.environ.get("SHOAL_T0", time.time()))
     torch.set_num_threads(config.threads)
-    device = _device()
+    device = _device(config.consistency)
     w = _start(config, device, t0)
     w.note("ready")
     for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C too: leave at a step boundary
