@@ -33,9 +33,11 @@ def two_k80_members(d, metrics, say):
         workers[w.id] = w
         return w
 
+    logs = metrics.parent / "logs" / "attempt-1"  # the attempt's folder (its scenario's copy)
+    logs.mkdir(parents=True, exist_ok=True)
     d.ctl = types.SimpleNamespace(
         t0=0.0, workers=workers, members=["w0", "w1"], pending=[], steps_done=5,
-        metrics=metrics, say=say, spawn=spawn,
+        metrics=metrics, say=say, spawn=spawn, logs=logs,
     )  # fmt: skip
     for _ in range(2):
         spawn("k80").state = "member"
