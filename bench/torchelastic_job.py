@@ -14,7 +14,7 @@ computed after the last checkpoint is computed again.
 With `--hold FILE` the job goes on training past --steps while FILE exists (every rank agrees
 through an all-reduce of what it saw): bench/recovery.py removes it once it has measured the
 restart of its last event, which a fixed step count could end before (a joining agent takes
-seconds to start; at ~20 ms a step, 15 steps after the join was not enough).
+seconds to start; at ~15 ms a step, 15 steps after the join were not enough).
 
 It logs to DIR/log.jsonl (appended, one line per event, wall clock `time`):
 `start` (a worker process began: pid, rank, local rank, world size, restart count),
