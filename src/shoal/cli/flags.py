@@ -15,28 +15,29 @@ import math
 import pathlib
 from typing import Any
 
+from shoal.digits import ascii_digits
 from shoal.errors import UserError
 
 
-def ascii_int(text: str) -> int:
-    """An integer flag's value: int() without the digits of other scripts (int('２') is 2)."""
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r} (ASCII digits only)")
+def _ascii_number(text: str, parse: type[int] | type[float]) -> int | float:
+    """`parse(text)` without the digits of other scripts (int('２') is 2), or argparse's error."""
+    name = parse.__name__
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        return parse(ascii_digits(text))
+    except ValueError as exc:
+        why = f" ({exc})" if not text.isascii() else ""
+        raise argparse.ArgumentTypeError(f"invalid {name} value: {text!r}{why}") from None
+
+
+def ascii_int(text: str) -> int:
+    """An integer flag's value, in ASCII digits."""
+    return int(_ascii_number(text, int))
 
 
 def ascii_float(text: str) -> float:
-    """A float flag's value: float() without other scripts' digits (float('２') is 2.0), and
-    finite: 'nan', 'inf' and '1e400' (which float() reads as inf) are no number of seconds."""
-    if not text.isascii():
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (ASCII digits only)")
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    """A float flag's value, in ASCII digits, and finite: 'nan', 'inf' and '1e400' (which
+    float() reads as inf) are no number of seconds."""
+    value = float(_ascii_number(text, float))
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"invalid float value: {text!r} (a finite number)")
     return value

@@ -258,7 +258,8 @@ class ProviderConfig:
         out = {}
         for item in self.quota:
             key, _, n = item.partition("=")
-            if not (n.strip().isascii() and n.strip().isdigit()):  # int('²') fails
+            n = n.strip()
+            if not (n.isascii() and n.isdigit()):  # int('²') fails
                 raise UserError(f"--quota: expected KIND:TIER=N, got {item!r}")
             out[_kind_tier(key, "--quota")] = int(n)
         return out
