@@ -71,6 +71,10 @@ SITE = textwrap.dedent(
     landed = [p.detach().clone() for p in o.model.parameters()]
     torch.save({"before": before, "after": after, "launch": launch, "now": now,
                 "landed": landed}, f"{out}/{rank}.pt")
+    # every group ended before exit: a process leaving with gloo's threads still running
+    # aborted once ("terminate called without an active exception", exit -6)
+    dist.barrier()
+    dist.destroy_process_group()
     """
 )
 
