@@ -20,7 +20,7 @@ from pathlib import Path
 
 from shoal.errors import UserError
 from shoal.report import write_report
-from shoal.report.screenshot import screenshot
+from shoal.report.screenshot import CHROMIUM_NAMES, screenshot
 
 # the synthetic run is a test fixture, not library code: load it from the report tests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("directory", nargs="?", help="run directory (None: a synthetic run)")
     parser.add_argument("--out", help="screenshot path (None: DIR/report_screenshot.png)")
-    parser.add_argument("--chromium", help="browser binary (None: chromium on PATH)")
+    parser.add_argument(
+        "--chromium",
+        help="browser binary (None: $SHOAL_BROWSER, else the first of "
+        f"{', '.join(CHROMIUM_NAMES)} on PATH)",
+    )
     parser.add_argument("--steps", type=int, default=40, help="steps of the synthetic run")
     parser.add_argument(
         "--window", type=_window, default="1280x2000", help="window size WIDTHxHEIGHT"

@@ -1,7 +1,8 @@
 """Error types of the schedule language.
 
 Every bad schedule raises ONE error whose message names the module path and the primitive, e.g.
-``shard('weight', axis=0) on 'mlp.fc1': dimension 10 is not divisible by world size 4``.
+``shard('weight', axis=0) on 'mlp.fc1': dimension 0 of weight has size 10, which is not
+divisible by the world size 4``.
 `ScheduleError` is both a `ValueError` (via shoal's `UserError`, so the CLI prints it on one line)
 and a `RuntimeError` (what Slapo raised for most schedule mistakes), so Slapo programs that catch
 either keep working.
