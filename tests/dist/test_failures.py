@@ -116,7 +116,7 @@ def test_total_loss_with_a_pending_event_ends(tmp_path):
     err = shoal_run(tmp_path, "v100", 200, "--events", events, env=paced, expect=1)
     last = err.strip().splitlines()[-1]
     assert last.startswith("shoal: run failed: every worker is gone at step")
-    assert "1 pending events cannot fire" in last
+    assert "1 pending event cannot fire" in last
     assert "w0 (v100) lost: killed (SIGKILL)" in err
 
 

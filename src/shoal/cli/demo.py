@@ -15,7 +15,11 @@ DIGITS = pathlib.Path(__file__).resolve().parents[3] / "examples" / "digits.py"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "demo", help="a mixed cluster and one worker side by side: shares, throughput, digests"
+        "demo",
+        help="a mixed cluster and one worker side by side: shares, throughput, digests",
+        description="Train examples/digits.py on an emulated mixed cluster and on one worker; "
+        "print each worker's share of the micro-batches, the throughputs and whether the two "
+        "final state digests are identical.",
     )
     p.add_argument("--steps", type=ascii_int, default=40, help="training steps of each run")
     p.add_argument(

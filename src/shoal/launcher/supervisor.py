@@ -367,7 +367,8 @@ class Controller(Generations):
                 f"--- {w.id} ({w.cause or 'exit ' + str(w.proc.returncode)}):\n" + "\n".join(text)
             )
         (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
-        unfired = f"; {len(self.pending)} pending events cannot fire" if self.pending else ""
+        n = len(self.pending)
+        unfired = f"; {n} pending event{'s' * (n != 1)} cannot fire" if n else ""
         raise RunFailed(
             f"every worker is gone at step {self.steps_done}{unfired} (worker logs: "
             f"{self.logs}); {resume_hint(self.spec)}"  # the command last: copied as it is

@@ -86,7 +86,8 @@ def transient_cli(args: argparse.Namespace) -> str:
         f"model (fit on {args.fit}): {model.steps_per_s(kinds, len(cluster.servers)):.2f} steps/s "
         "at start; s/step per worker: "
         + ", ".join(f"{k} {t * 1000:.1f} ms" for k, t in sorted(per_kind.items())),
-        f"runs: {s.runs}, completed {s.completed} (the rest lost their chief or a server)",
+        f"runs: {s.runs}, completed {s.completed}"
+        + (" (the rest lost their chief or a server)" if s.completed < s.runs else ""),
     ]
     if s.completed:
         lines.append(

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from shoal.cli import build_parser
+from shoal.cli import build_parser, main
 
 
 def help_of(capsys, *argv) -> str:
@@ -41,3 +41,11 @@ def test_no_option_says_its_default_twice_or_shows_none(capsys, command):
     for entry in re.split(r" (?=--?[a-z])", text):
         assert entry.count("default") <= 1, entry
         assert "(default: None)" not in entry and "(default: False)" not in entry, entry
+
+
+@pytest.mark.parametrize("command", sorted(build_parser()._subparsers._group_actions[0].choices))
+def test_every_command_describes_itself_above_its_options(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])  # torchrun's help is its own parser's, printed by the command
+    above = capsys.readouterr().out.split("options:", 1)[0].split("\n\n", 1)
+    assert len(above) == 2 and above[1].strip(), f"shoal {command} --help has no description"

@@ -326,3 +326,14 @@ def test_select_bench_smoke(capsys):
     old, kingman = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert old["in_sample"] == {"mean_abs_error_pct": 1.53, "within_1sd": 23, "multi_run": 32}
     assert kingman["in_sample"] == {"mean_abs_error_pct": 1.32, "within_1sd": 25, "multi_run": 32}
+
+
+@pytest.mark.parametrize(
+    "spec, lost",
+    [("2xk80", False), ("8xk80@europe-west1:spot", True)],  # on demand: every run completes
+)
+def test_cli_names_lost_runs_only_when_some_were_lost(capsys, spec, lost):
+    assert main(["transient", "--cluster", spec, "--runs", "40", "--seed", "1", "--by-region"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("runs: "))
+    assert line.startswith("runs: 40, completed 40") != lost
+    assert ("the rest lost their chief or a server" in line) == lost
