@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.errors import UserError
+from shoal.errors import UserError, unreadable
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,11 @@ def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:
     """Import a job file and return its `make_job`. Its directory goes first on sys.path, as
     `python job.py` puts it, so that the job can import the modules beside it."""
     path = pathlib.Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name too long: blamed on shoal's own line as a code error
+        raise UserError(f"job file {str(path)!r}: {unreadable(exc)}") from None
+    if not found:
         why = "is not a file" if path.exists() else "does not exist"
         raise UserError(f"job file {str(path)!r} {why}")
     folder = str(path.resolve().parent)

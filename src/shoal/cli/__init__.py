@@ -10,6 +10,7 @@ the job's own code).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 import traceback
@@ -60,9 +61,24 @@ def main(argv: list[str] | None = None) -> int:
     except RunFailed as exc:
         sys.stderr.write(f"shoal: run failed: {exc}\n")
         return 1
+    except OSError as exc:
+        # a path flag or argument past the file system's limit on a name (255 bytes on most):
+        # pathlib's exists(), is_file() and is_dir() raise it (Python 3.11), and every command
+        # checks its paths that way, so `--workload`, `report DIR`, `--checkpoint-dir`,
+        # `--resume`, tune's `--out` each ended in a traceback
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        sys.stderr.write(f"shoal: error: file name too long: {_shown(exc.filename)}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("shoal: interrupted\n")
         return 130
+
+
+def _shown(name: object) -> str:
+    """A path in an error, cut to a readable length (one line, not a screenful)."""
+    text = repr(str(name)) if name is not None else "(unnamed)"
+    return text if len(text) <= 100 else f"{text[:97]}..."
 
 
 if __name__ == "__main__":

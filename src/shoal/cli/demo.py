@@ -71,6 +71,11 @@ def _demo(args: argparse.Namespace) -> int:
         raise UserError(f"the demo needs {DIGITS} (run it from a source checkout)")
     root = pathlib.Path(args.out or tempfile.mkdtemp(prefix="shoal-demo-"))
     kinds = load_devices().parse_workers(args.mixed)
+    for name in ("mixed", "single"):  # the run's own refusal said "pass --resume", no demo flag
+        if any((root / name / "checkpoints").glob("ckpt-*.json")):
+            raise UserError(
+                f"--out {root}: {root / name} holds an earlier run; choose another --out"
+            )
     where = _same_device_for_both(len(kinds))
     options = ["micro_batch_size=32", "global_batch_size=256"]  # M = 8 micro-batches per step
     runs = {}

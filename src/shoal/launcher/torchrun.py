@@ -14,6 +14,7 @@ from shoal.config import EmulationConfig, RunConfig
 from shoal.errors import UserError
 from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
 from shoal.runtime.checkpoint import check_resumable, foreign_checkpoints
+from shoal.runtime.outputs import prepare_out_dir
 from shoal.runtime.torchrun_front import report_to_agent
 
 
@@ -64,6 +65,9 @@ def check_before_agent(config: RunConfig, run_id: str | None, job) -> None:
         check_resumable(checkpoint_dir(config), config_fingerprint(config, job))
     else:
         check_fresh_start(config, run_id)
+    # a file where --out goes: each worker printed its traceback, then the error (shoal run's
+    # check_run makes the directory so too)
+    prepare_out_dir(config.out)
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -33,8 +33,13 @@ def reports_errors(main):
             error = exc if isinstance(exc, UserError) else user_code_error(exc)
             text = traceback.format_exc()
             path = _write_cause(config, str(error), text)
-            if os.environ.get("SHOAL_WORKER_ID") or path is None:
-                sys.stderr.write(text)  # under shoal run, stderr is the worker's log
+            # under shoal run, stderr is the worker's log; under torchrun the console, where
+            # the traceback goes only if the cause file could not keep it, and not for bad
+            # input (--out a file: every rank printed a traceback before its one line)
+            if os.environ.get("SHOAL_WORKER_ID") or (
+                path is None and not isinstance(exc, UserError)
+            ):
+                sys.stderr.write(text)
             elif not isinstance(exc, UserError):  # torchrun: stderr is the console, one line
                 raise UserError(f"{error} (traceback in {path})") from exc
             raise error from exc

@@ -18,6 +18,7 @@ Bad input raises `UserError` naming the item, and the file and line when it came
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,11 +82,19 @@ def _region(name: str | None) -> str:
 
 
 def _price(text: str) -> float:
-    """A price in USD per hour (the item's pattern lets `1.2.3` and `.` through)."""
+    """A price in USD per hour (the item's pattern lets `1.2.3` and `.` through, and digits
+    past a float's range, which float() reads as inf: an inf cost)."""
     try:
-        return float(text)
+        price = float(text)
     except ValueError:
-        raise UserError(f"bad price {text!r} (USD per hour, e.g. 0.45)") from None
+        price = math.inf
+    if not math.isfinite(price):
+        raise UserError(f"bad price {_short(text)!r} (USD per hour, e.g. 0.45)")
+    return price
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _parse_item(item: str) -> list[Server | None]:
@@ -145,7 +154,7 @@ def parse_cluster(spec: str, check_kind: KindCheck | None = None) -> TransientCl
     if spec.strip() == "@":
         raise UserError("cluster spec '@' names no file (@FILE)")
     path = Path(spec[1:] if spec.startswith("@") else spec)
-    if spec.startswith("@") or path.is_file():
+    if spec.startswith("@") or _is_file(path):
         return load_cluster_file(path, check_kind)
     servers: list[Server | None] = []
     for item in (s.strip() for s in spec.split(",")):
@@ -154,6 +163,15 @@ def parse_cluster(spec: str, check_kind: KindCheck | None = None) -> TransientCl
         except UserError as exc:
             raise UserError(f"cluster spec item {item!r}: {exc}") from None
     return _build(servers)
+
+
+def _is_file(path: Path) -> bool:
+    """Whether an inline spec names a file: a spec longer than a file name may be (255 bytes:
+    some 30 items) made `is_file` raise, a traceback instead of the cluster."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def load_cluster_file(path: Path, check_kind: KindCheck | None = None) -> TransientCluster:

@@ -139,17 +139,38 @@ def load_pollux_workload(path: Path) -> list[JobSpec]:
             raise UserError(f"{path}:{lineno}: job name {name!r} repeats line {first_line[name]}")
         first_line[name] = lineno
         app = _app(path, lineno, row.get("application", ""))
+        gpus = _gpus(path, lineno, row, "num_replicas", int)
+        batch = _num(path, lineno, row, "batch_size", int, 1)
+        work = load_profile(app).total_progress
+        # a batch of 10^8 on a gang policy ran past the horizon: exit 0, no job finished, a
+        # makespan of 10^22 s; the job alone on its GPUs (profiled kind, consolidated) must fit
+        rate = goodput_model(app).segment_rate(
+            ((PROFILE_KIND, gpus),), math.ceil(gpus / 4), batch, 0.0, work
+        )
+        _check_length(path, lineno, f"batch_size {float(batch):g}", work / rate)
         jobs.append(
             JobSpec(
                 name=name,
                 arrival_s=_arrival_s(path, lineno, row),
                 app=app,
-                requested_gpus=_num(path, lineno, row, "num_replicas", int, 1),
-                batch_size=_num(path, lineno, row, "batch_size", int, 1),
-                total_progress=load_profile(app).total_progress,
+                requested_gpus=gpus,
+                batch_size=batch,
+                total_progress=work,
             )
         )
     return jobs
+
+
+def _gpus(path: Path, lineno: int, row: dict, key: str, kind=int) -> int:
+    """A row's GPU count, from 1 to the largest cluster's (10^20 replicas ran, and was a
+    20-digit number in a gang policy's error)."""
+    gpus = _num(path, lineno, row, key, kind, 1)
+    if gpus > MAX_GPUS:
+        raise UserError(
+            f"{path}:{lineno}: {key} must be at most {MAX_GPUS:,} (the largest cluster), "
+            f"got {row[key]!r}"
+        )
+    return gpus
 
 
 def load_easyscale_workload(path: Path) -> list[JobSpec]:
@@ -159,7 +180,7 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         if not name:  # was a KeyError traceback without the column
             raise UserError(f"{path}:{lineno}: missing 'name' value")
         app = _app(path, lineno, row.get("application", ""), EASYSCALE_APPS)
-        mp = _num(path, lineno, row, "max_parallelism", int, 1)
+        mp = _gpus(path, lineno, row, "max_parallelism")
         batch = _num(path, lineno, row, "batch_size", int, 1) * mp
         epochs = _num(path, lineno, row, "epochs", float, 0)
         steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
@@ -195,12 +216,8 @@ def _philly_rows(path: Path) -> tuple[tuple[float, float, int, int], ...]:
             raise UserError(f"{path}:{lineno}: bad timestamp {raw[0]!r}") from None
         duration = _num(path, lineno, row, "duration", float, 0)
         _check_length(path, lineno, f"duration {duration:g}", duration)
-        gpus = _num(path, lineno, row, "num_gpus", _whole, 1)
-        if gpus > MAX_GPUS:  # no cluster holds it (1e300 was a 300-digit number in an error)
-            raise UserError(
-                f"{path}:{lineno}: num_gpus must be at most {MAX_GPUS:,} (the largest cluster), "
-                f"got {row['num_gpus']!r}"
-            )
+        # no cluster holds more (1e300 was a 300-digit number in an error)
+        gpus = _gpus(path, lineno, row, "num_gpus", _whole)
         out.append((ts, duration, gpus, lineno))
     out.sort()
     return tuple(out)

@@ -165,3 +165,22 @@ def test_a_worker_reports_its_error_where_torchrun_reads_it(tmp_path, capsys, mo
     assert capsys.readouterr().err == ("" if front else f"shoal: error: {said}\n")
     failure = ProcessFailure(local_rank=0, pid=1, exitcode=2, error_file=str(error_file))
     assert failure.message == said and json.loads(error_file.read_text())["shoal"] is True
+
+
+@pytest.mark.parametrize("under", ["", "/sub"])
+def test_an_out_that_cannot_be_made_is_refused_before_any_worker_starts(
+    tmp_path, capsys, monkeypatch, under
+):
+    """A file where --out goes: the agent started, each worker printed a traceback before its
+    one line (`shoal run` refuses it before any worker starts)."""
+
+    def no_agent(args):
+        raise AssertionError("the agent started")
+
+    monkeypatch.setattr("torch.distributed.run.run", no_agent)
+    (tmp_path / "taken").write_text("mine\n")
+    out = f"{tmp_path / 'taken'}{under}"
+    assert main(["torchrun", DIGITS, "--steps", "3", "--out", out]) == 2
+    why = "File exists" if not under else "Not a directory"
+    assert capsys.readouterr().err == f"shoal: error: cannot write to --out '{out}': {why}\n"
+    assert (tmp_path / "taken").read_text() == "mine\n"

@@ -33,3 +33,21 @@ def test_the_traceback_goes_to_the_log_or_the_cause_file(tmp_path, monkeypatch, 
         assert "Traceback" in err and "traceback in" not in str(info.value)
     else:
         assert "Traceback" not in err and f"(traceback in {cause})" in str(info.value)
+
+
+@reports_errors
+def refusing(config: RunConfig) -> int:
+    raise UserError(f"cannot write to --out {config.out!r}: Not a directory")
+
+
+def test_bad_input_is_one_line_under_torchrun_where_no_cause_file_can_go(
+    tmp_path, monkeypatch, capsys
+):
+    """--out under a file: no cause file can be written, and each rank printed the traceback of
+    its one-line refusal (bad input has no traceback to keep)."""
+    monkeypatch.delenv("SHOAL_CAUSE_DIR", raising=False)
+    monkeypatch.delenv("SHOAL_WORKER_ID", raising=False)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserError, match="cannot write to --out"):
+        refusing(RunConfig(job="job.py", steps=1, out=str(tmp_path / "file" / "run")))
+    assert capsys.readouterr().err == ""

@@ -77,6 +77,49 @@ def test_philly_row_wider_than_any_cluster(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "header, row, column",
+    [
+        (HEADER, "a,0,cifar10,99999999999999999999,128", "num_replicas"),
+        (
+            "name,time,application,max_parallelism,batch_size,epochs\n",
+            "a,0,bert,100001,8,1",
+            "max_parallelism",
+        ),
+    ],
+)
+def test_a_pollux_or_easyscale_row_wider_than_any_cluster(tmp_path, header, row, column):
+    """Was taken: an elastic policy ran the job (exit 0), a gang policy's refusal printed the
+    20-digit count."""
+    path = tmp_path / "w.csv"
+    path.write_text(header + row + "\n")
+    with pytest.raises(UserError) as err:
+        load_workload(str(path))
+    count = row.split(",")[3]
+    assert str(err.value) == (
+        f"{path}:2: {column} must be at most 100,000 (the largest cluster), got {count!r}"
+    )
+
+
+def test_cli_a_batch_that_never_finishes_is_refused(tmp_path, capsys):
+    """YARN-CS ran a job of batch 10^8 on its one GPU past the one-year horizon: exit 0, no job
+    finished, a makespan of 52,579,733 s and 5,111 USD."""
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + "a,0,cifar10,1,100000000\n")
+    argv = ["simulate", "--workload", str(path), "--cluster", "1x4xt4", "--policy", "yarn-cs"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"shoal: error: {path}:2: batch_size 1e+08: the job alone would run")
+    assert err.count("\n") == 1
+
+
+def test_the_packaged_pollux_workloads_fit_the_horizon():
+    """The check above refuses no job of Pollux's own traces (the longest alone: 0.4 days)."""
+    for load in ("0.5", "1.0", "1.5", "2.0"):
+        for n in range(1, 9):
+            assert load_workload(f"pollux:{n}:{load}")
+
+
 ES_HEADER = "name,time,application,max_parallelism,batch_size,epochs,"
 ES_HEADER += "enable_heterogeneous_deterministic,preferred_gpu,\n"
 PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
@@ -89,6 +132,9 @@ PHILLY_HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
         (ES_HEADER + "a,10,resnet50,1,1,20000,1,v100,0\n", "2: epochs 20000: the job alone would"),
         (PHILLY_HEADER + "2017-10-03,1e300,1,60,x\n", "2: duration 1e+300: the job alone would"),
         (PHILLY_HEADER + "2017-10-03,31600000,1,60,x\n", "2: duration 3.16e+07: the job alone"),
+        # a Pollux job's work is its application's run: only an absurd batch makes it too long
+        (HEADER + "a,0,cifar10,1,100000000\n", "2: batch_size 1e+08: the job alone would"),
+        (HEADER + "a,0,cifar10,4,1" + "0" * 300 + "\n", "2: batch_size 1e+300: the job alone"),
     ],
 )
 def test_a_job_longer_than_the_horizon(tmp_path, text, message):
