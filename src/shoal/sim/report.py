@@ -1,6 +1,7 @@
 """Turn a `SimResult` into numbers and files: per-job CSV, summary JSON, plots, comparisons.
 
-Summary: average and p99 JCT over finished jobs, makespan (last completion), GPU utilisation
+Summary: average and p99 JCT over finished jobs, makespan (last completion, or the horizon
+where the simulation stopped with jobs unfinished), GPU utilisation
 (allocated GPU-seconds over the GPU-seconds the alive nodes offered until the makespan), total
 cost (per-second billing of the GPUs each job held; a revoked spot GPU is billed until its
 revocation) and GPU-hours.

@@ -190,7 +190,10 @@ class Simulator:
             elif action == _ROUND and arg == self.round_at:
                 self.round_at = None
                 self._round(now)
-        makespan = max((j.finish_s or now) for j in self.done) if self.done else now
+        if len(self.done) < total and now > self.cfg.max_time_s:
+            makespan = self.cfg.max_time_s  # stopped at the horizon: billed to it, not beyond
+        else:
+            makespan = max((j.finish_s or now) for j in self.done) if self.done else now
         self.ledger.close_all(makespan)
         capacity = sum(
             self.nodes[i].num_gpus * max(0.0, min(end, makespan) - start)

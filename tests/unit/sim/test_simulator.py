@@ -217,3 +217,21 @@ def test_a_repeated_job_name_is_an_error():
     jobs = [_job("j"), _job("j", arrival=5.0)]
     with pytest.raises(UserError, match="job name 'j' repeats"):
         Simulator(jobs, parse_cluster("2x4xt4"), make_policy("shoal"))
+
+
+def test_a_run_stopped_at_the_horizon_ends_and_bills_there():
+    # a short job finishes, a long one is still running when the simulation stops at its
+    # horizon: the makespan is the horizon (not the short job's end, nor the first event past
+    # the horizon), and the long job's GPUs are billed until then
+    short, long_ = _job("short", gpus=2, elastic=False), _job("long", gpus=2, elastic=False)
+    long_ = JobSpec("long", 0.0, "cifar10", 2, 512, long_.total_progress * 200, elastic=False)
+    spec, policy = parse_cluster("1x4xt4"), make_policy("yarn-cs")
+    alone = Simulator([short], spec, policy, SimConfig(refresh_points=1)).run()
+    horizon = 3 * alone.makespan_s
+    r = Simulator([short, long_], spec, make_policy("yarn-cs"),
+                  SimConfig(refresh_points=1, max_time_s=horizon)).run()  # fmt: skip
+    finished = {j.name for j in r.jobs if j.finish_s is not None}
+    assert finished == {"short"} and r.makespan_s == horizon
+    ratio = r.cost_usd_by_job["long"] / r.cost_usd_by_job["short"]
+    assert ratio == pytest.approx(horizon / alone.makespan_s, rel=0.02)
+    assert summarize(r)["finished"] == 1
