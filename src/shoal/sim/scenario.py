@@ -217,7 +217,8 @@ def load_scenario(path: str) -> Scenario:
     if not path:  # Path("") is the working directory
         raise UserError("--scenario: expected a file name, got ''")
     try:
-        data = loads(Path(path).read_text(), float_ints=True)
+        # a byte-order mark is skipped, as in workload files (an editor's UTF-8 with BOM)
+        data = loads(Path(path).read_text(encoding="utf-8-sig"), float_ints=True)
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"--scenario {path}: {unreadable(exc)}") from None
     except json.JSONDecodeError as exc:

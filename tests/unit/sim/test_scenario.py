@@ -299,6 +299,9 @@ def test_cli_scenario(tmp_path, capsys):
     assert main(["simulate", "--scenario", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["time_s"] == pytest.approx(315) and out["revocations"] == 0
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(scenario().to_json()).encode())  # a BOM
+    assert main(["simulate", "--scenario", str(path)]) == 0
+    assert "time 315.0 s" in capsys.readouterr().out
     path.write_text('{"steps": 3')
     assert main(["simulate", "--scenario", str(path)]) == 2
     err = capsys.readouterr().err
