@@ -1,12 +1,16 @@
 """The rendered report: plots are real PNGs, the page shows them, the summary and the events."""
 
+import errno
+import os
 import re
 import struct
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
-from shoal.report import write_report
+from shoal.errors import UserError
+from shoal.report import build, write_report
 from shoal.report.load import load_run
 from shoal.report.page import render_page
 from shoal.report.plots import _break_at
@@ -119,3 +123,18 @@ def test_a_run_of_hundreds_of_workers_draws_sixteen(write_metrics):
     width, height = _png_size(directory / "report" / "timeline.png")
     assert height < 16 * 0.6 * 100 + 400  # 16 rows, not 300
     assert _png_size(directory / "report" / "share.png")[1] < 600
+
+
+def test_a_report_the_disk_refuses_leaves_the_directory_as_it_was(write_metrics, monkeypatch):
+    directory = write_metrics([])
+    before = sorted(directory.rglob("*"))
+    real = build.render_plots
+
+    def full(run, timeline, folder):  # the plots drawn, then the disk is full
+        real(run, timeline, folder)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(build, "render_plots", full)
+    with pytest.raises(UserError, match=f"cannot write the report: {directory}/report: No space"):
+        write_report(directory)
+    assert sorted(directory.rglob("*")) == before  # no plots, no page, no temporary folder
