@@ -23,6 +23,23 @@ class RunFailed(RuntimeError):
     """A run could not finish (for example every worker was lost); the message says what to do."""
 
 
+class StorageError(RunFailed):
+    """A file of the run could not be written (a full or read-only disk): not the user's input
+    and not the job's code. The run stops on it; the files written before are left whole, so a
+    --resume continues once the disk can take the writes."""
+
+
+# how every StorageError's message begins (a worker whose disk had no room for its cause file
+# leaves the line in its log, and the launcher tells it from bad input by this)
+STORAGE_PREFIX = "cannot write "
+
+
+def cannot_write(what: str, path: object, exc: OSError) -> StorageError:
+    """`cannot write <what> '<path>': <reason>` (e.g. No space left on device)."""
+    what = f"{what} " if what else ""
+    return StorageError(f"{STORAGE_PREFIX}{what}{str(path)!r}: {exc.strerror or exc}")
+
+
 # a worker's report of the error it stopped on, `<worker id>.cause.json` in the attempt's log
 # folder: the controller reads the cause from it, not from the worker's log
 CAUSE_SUFFIX = ".cause.json"

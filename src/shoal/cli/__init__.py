@@ -18,6 +18,9 @@ import traceback
 from shoal.cli.flags import HelpFormatter
 from shoal.errors import RunFailed
 
+# a full disk, an exhausted quota, a read-only file system
+_DISK_REFUSED = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
 # Subcommand modules, in the order `shoal --help` lists them.
 COMMANDS = ["run", "torchrun", "demo", "report", "simulate", "tune"]
 
@@ -66,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         # pathlib's exists(), is_file() and is_dir() raise it (Python 3.11), and every command
         # checks its paths that way, so `--workload`, `report DIR`, `--checkpoint-dir`,
         # `--resume`, tune's `--out` each ended in a traceback
+        if exc.errno in _DISK_REFUSED:  # a write no layer named: still one line, a failed run
+            where = f"{_shown(exc.filename)}: " if exc.filename else ""
+            sys.stderr.write(f"shoal: run failed: cannot write {where}{exc.strerror}\n")
+            return 1
         if exc.errno != errno.ENAMETOOLONG:
             raise
         sys.stderr.write(f"shoal: error: file name too long: {_shown(exc.filename)}\n")

@@ -17,6 +17,7 @@ import os
 import pathlib
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 from shoal.config import RunConfig
@@ -176,7 +177,8 @@ def load_job(config: RunConfig):
 
 def check_storage(url: str | None) -> None:
     """An fsspec URL's filesystem must be installed here before any worker needs it; a local
-    directory must not be (or lie under) a file, which would fail the first checkpoint."""
+    directory must not be (or lie under) a file, and must take a file (not read-only), or the
+    first checkpoint would fail the run (the check creates nothing: its probe is unnamed)."""
     if not url:
         return
     if "://" not in url:
@@ -185,6 +187,11 @@ def check_storage(url: str | None) -> None:
             path = path.parent
         if not path.is_dir():
             raise UserError(f"--checkpoint-dir {url}: {path} is not a directory")
+        try:
+            with tempfile.TemporaryFile(dir=path):
+                pass
+        except OSError as exc:
+            raise UserError(f"cannot write to --checkpoint-dir {url!r}: {exc.strerror}") from None
         return
     import fsspec
 

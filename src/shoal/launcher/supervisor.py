@@ -20,6 +20,7 @@ recovery; every one of them is also a console line. Each attempt at a run (a fir
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,7 +33,7 @@ import time
 from dataclasses import dataclass
 
 from shoal.console import Progress
-from shoal.errors import CAUSE_SUFFIX, RunFailed, UserError
+from shoal.errors import CAUSE_SUFFIX, STORAGE_PREFIX, RunFailed, UserError
 from shoal.launcher.events import named
 from shoal.launcher.generations import Generations
 from shoal.launcher.gpus import GpuSlots, most_at_once, visible_gpus
@@ -353,10 +354,19 @@ class Controller(Generations):
             report = json.loads(cause.read_text())
             if self.verbose and report.get("traceback"):
                 sys.stderr.write(report["traceback"])
+            if report.get("storage"):
+                self.storage_error(report["cause"])
             raise UserError(report["cause"])
         last = w.log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        if last[0].startswith(f"shoal: error: {STORAGE_PREFIX}"):  # no room for its cause file
+            self.storage_error(last[0].removeprefix("shoal: error: "))
         if last[0].startswith("shoal: error: "):
             raise UserError(last[0].removeprefix("shoal: error: "))
+
+    def storage_error(self, cause: str) -> None:
+        """A worker could not write the run's files (a full or read-only disk): the run stops
+        (exit code 1) with the way to resume once the disk takes writes again."""
+        raise RunFailed(f"{cause}; {resume_hint(self.spec)}")
 
     def fatal(self) -> None:
         self.read_progress()  # the console lines of the last events first
@@ -366,7 +376,8 @@ class Controller(Generations):
             tails.append(
                 f"--- {w.id} ({w.cause or 'exit ' + str(w.proc.returncode)}):\n" + "\n".join(text)
             )
-        (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
+        with contextlib.suppress(OSError):  # a full disk: the line below still tells it
+            (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
         n = len(self.pending)
         unfired = f"; {n} pending event{'s' * (n != 1)} cannot fire" if n else ""
         raise RunFailed(

@@ -15,6 +15,7 @@ the run's cadence (by steps and by seconds) and the final checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -30,7 +31,7 @@ from typing import Any
 import fsspec
 import torch
 
-from shoal.errors import UserError
+from shoal.errors import UserError, cannot_write
 
 # what a fingerprint mismatch means (runtime/outputs.py `job_fingerprint`), for its message
 OTHER_JOB = "its job file, -o options, seed, --consistency, slow-link or batch settings differ"
@@ -44,10 +45,19 @@ def _fs(url: str) -> tuple[Any, str]:
 
 
 def _atomic_write(fs: Any, path: str, data: bytes) -> None:
+    """`path` whole or not at all. A write the storage refuses (a full or read-only disk) is a
+    StorageError naming the checkpoint file, and its partial temporary file is removed: it
+    would hold space a resume needs, and the checkpoints written before stay as they were."""
     tmp = f"{path}.tmp"
-    with fs.open(tmp, "wb") as f:
-        f.write(data)
-    fs.mv(tmp, path)
+    try:
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        raise cannot_write("checkpoint", path, exc) from None
 
 
 def snapshot(state: Any) -> Any:
@@ -63,7 +73,10 @@ def snapshot(state: Any) -> Any:
 
 def save_checkpoint(url: str, step: int, state: dict, fingerprint: str, keep: int = 3) -> str:
     fs, root = _fs(url)
-    fs.makedirs(root, exist_ok=True)
+    try:
+        fs.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write("the checkpoint directory", root, exc) from None
     buf = io.BytesIO()
     torch.save(state, buf)
     data = buf.getvalue()
@@ -77,7 +90,10 @@ def save_checkpoint(url: str, step: int, state: dict, fingerprint: str, keep: in
         "run": os.environ.get("TORCHELASTIC_RUN_ID"),  # torchrun's job id (None: shoal run)
     }
     _atomic_write(fs, f"{base}.json", json.dumps(manifest).encode())
-    _prune(fs, root, keep)
+    try:
+        _prune(fs, root, keep)
+    except OSError as exc:
+        raise cannot_write("the checkpoint directory", root, exc) from None  # pruning
     return f"{base}.pt"
 
 

@@ -7,6 +7,7 @@ traceback, and exits with code 2.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,7 +16,7 @@ import sys
 import traceback
 
 from shoal.config import RunConfig
-from shoal.errors import CAUSE_SUFFIX, UserError, user_code_error
+from shoal.errors import CAUSE_SUFFIX, StorageError, UserError, user_code_error
 from shoal.runtime.membership import PeerFailure
 
 
@@ -29,6 +30,10 @@ def reports_errors(main):
             return main(config)
         except PeerFailure:
             raise
+        except StorageError as exc:  # a full or read-only disk: the run stops, resumable
+            error = UserError(str(exc))
+            _write_cause(config, str(error), traceback.format_exc(), storage=True)
+            raise error from exc
         except Exception as exc:
             error = exc if isinstance(exc, UserError) else user_code_error(exc)
             text = traceback.format_exc()
@@ -47,16 +52,24 @@ def reports_errors(main):
     return wrapper
 
 
-def _write_cause(config: RunConfig, cause: str, text: str) -> pathlib.Path | None:
+def _write_cause(
+    config: RunConfig, cause: str, text: str, storage: bool = False
+) -> pathlib.Path | None:
     """`<id>.cause.json` where the controller looks for it (SHOAL_CAUSE_DIR), else OUT/logs;
-    its path, or None if it could not be written."""
+    its path, or None if it could not be written. `storage`: the cause is a file the disk
+    refused (`StorageError`), a failed run to resume, not bad input."""
     wid = os.environ.get("SHOAL_WORKER_ID") or f"w{os.environ.get('RANK', 0)}"
     folder = pathlib.Path(os.environ.get("SHOAL_CAUSE_DIR") or pathlib.Path(config.out) / "logs")
+    tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
+    report = {"worker": wid, "cause": cause, "traceback": text}
+    if storage:
+        report["storage"] = True
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{wid}{CAUSE_SUFFIX}.tmp"
-        tmp.write_text(json.dumps({"worker": wid, "cause": cause, "traceback": text}))
+        tmp.write_text(json.dumps(report))
         os.replace(tmp, folder / f"{wid}{CAUSE_SUFFIX}")
     except OSError:
+        with contextlib.suppress(OSError):  # a full disk: not left behind half-written
+            tmp.unlink(missing_ok=True)
         return None  # the one-line error on stderr still tells it
     return folder / f"{wid}{CAUSE_SUFFIX}"

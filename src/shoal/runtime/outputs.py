@@ -10,6 +10,8 @@ a failure is logged once.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +23,7 @@ from typing import Any
 
 from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.control.bandwidth import parse_compress
-from shoal.errors import UserError
+from shoal.errors import UserError, cannot_write
 from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult, read_metrics
 from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 from shoal.runtime.batching import batch_settings
@@ -41,13 +43,36 @@ def prepare_out_dir(out_dir: str | pathlib.Path) -> pathlib.Path:
 
 
 def append_line(path: pathlib.Path, record: StepLine | MembershipEvent | dict[str, Any]) -> None:
-    """Append one record as one line, in a single write (concurrent appenders never interleave)."""
+    """Append one record as one line, in a single write (concurrent appenders never interleave).
+    A write the disk cannot take (full, read-only) is a StorageError naming the file, and the
+    part of the line that did go out is cut off again: a line is whole or absent, so a later
+    append (after space is freed, or by a resume) never runs into half a line."""
     obj = record if isinstance(record, dict) else record.to_json()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    data = (json.dumps(obj) + "\n").encode()
     try:
-        os.write(fd, (json.dumps(obj) + "\n").encode())
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise cannot_write("", path, exc) from None
+    try:
+        start = os.fstat(fd).st_size
+        written = os.write(fd, data)
+        if written != len(data):  # a full disk takes what fits and returns the count
+            _cut_back(fd, start, written)
+            raise cannot_write("", path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    except OSError as exc:
+        raise cannot_write("", path, exc) from None
     finally:
         os.close(fd)
+
+
+def _cut_back(fd: int, start: int, written: int) -> None:
+    """Remove the `written` bytes of a short append at `start`, unless another writer has
+    appended since (its line would go too)."""
+    try:
+        if os.fstat(fd).st_size == start + written:
+            os.ftruncate(fd, start)
+    except OSError:
+        pass  # a resume drops a last line cut off mid-write (launcher/rundir.py check_metrics)
 
 
 def last_logged_step(path: pathlib.Path) -> int:
@@ -59,10 +84,17 @@ def last_logged_step(path: pathlib.Path) -> int:
 
 
 def write_json_atomic(path: str | pathlib.Path, data: dict[str, Any]) -> None:
+    """Write `path` whole or not at all (a StorageError naming it if the disk refuses; the
+    partial temporary file is removed, an earlier `path` left as it was)."""
     path = pathlib.Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise cannot_write("", path, exc) from None
 
 
 def job_fingerprint(
