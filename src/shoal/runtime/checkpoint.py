@@ -48,16 +48,29 @@ def _atomic_write(fs: Any, path: str, data: bytes) -> None:
     """`path` whole or not at all. A write the storage refuses (a full or read-only disk) is a
     StorageError naming the checkpoint file, and its partial temporary file is removed: it
     would hold space a resume needs, and the checkpoints written before stay as they were."""
-    tmp = f"{path}.tmp"
+    tmp, local = f"{path}.tmp", "file" in fs.protocol
     try:
         with fs.open(tmp, "wb") as f:
             f.write(data)
+            if local:  # on the disk before the rename makes it the checkpoint (a power loss)
+                f.flush()
+                os.fsync(f.fileno())
         fs.mv(tmp, path)
+        if local:  # and the rename itself
+            _fsync_dir(os.path.dirname(path))
     except OSError as exc:
         with contextlib.suppress(OSError):
             if fs.exists(tmp):
                 fs.rm(tmp)
         raise cannot_write("checkpoint", path, exc) from None
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path or ".", os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def snapshot(state: Any) -> Any:

@@ -147,3 +147,22 @@ def test_checkpointer_cadence_by_seconds_and_final(tmp_path, monkeypatch):
 def test_checkpointer_off_by_default(tmp_path):
     ck = Checkpointer(str(tmp_path), FP)
     assert not any(ck.maybe_save(s, lambda: pytest.fail("gathered")) for s in range(1, 50))
+
+
+def test_a_local_checkpoint_is_on_the_disk_before_its_name(tmp_path, monkeypatch):
+    # each file is synced under its temporary name, then the folder after the rename: a power
+    # loss leaves the earlier checkpoint or the whole new one, never an empty file named ckpt-*
+    import os
+
+    import shoal.runtime.checkpoint as ck
+
+    synced, real_fsync = [], os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(ck.os, "fsync", fsync)
+    save_checkpoint(str(tmp_path), 5, state(5), FP)
+    base = str(tmp_path / "ckpt-000000005")
+    assert synced == [f"{base}.pt.tmp", str(tmp_path), f"{base}.json.tmp", str(tmp_path)]
