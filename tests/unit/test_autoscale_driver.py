@@ -55,6 +55,11 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--startup", "-1"], "--startup must be from 0 to 86,400 s, got -1"),
         # billed $3.6e299 for 3 steps of digits
         ([*PROVIDER, "--time-scale", "1e300"], "--time-scale 1e+300: at most 1,000,000"),
+        # the emulated micro-batch time underflowed to 0: an error naming no flag
+        (
+            [*PROVIDER, "--autoscale", "--deadline", "1h", "--time-scale", "5e-324"],
+            "--time-scale 5e-324: at least 1e-06",
+        ),
         # the scaler's count of mixes took gigabytes (a hang); each server a torch process
         (
             [*PROVIDER, "--autoscale", "--deadline", "1h", "--max-servers", "999999999"],
