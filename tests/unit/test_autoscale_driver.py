@@ -31,7 +31,8 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--autoscale", "--deadline", "1h"], "--provider local"),
+        (["--autoscale", "--deadline", "1h"], "--autoscale needs --provider local"),
+        (["--notice", "5"], "--notice needs --provider local"),  # the flag given, named
         ([*PROVIDER, "--autoscale"], "needs a goal"),
         ([*PROVIDER, "--autoscale", "--deadline", "1h", "--budget", "2usd"], "not both"),
         ([*PROVIDER, "--autoscale", "--deadline", "soon"], "--deadline"),

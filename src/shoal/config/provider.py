@@ -72,6 +72,17 @@ def split_tiers(workers: str) -> tuple[str, list[str]]:
     return ",".join(plain), tiers
 
 
+def flags_given(value) -> list[str]:
+    """The flags of ProviderConfig's fields whose `value(name)` is not the default (a repeatable
+    flag left out: an empty list or tuple)."""
+    given = []
+    for f in dataclasses.fields(ProviderConfig):
+        v = value(f.name)
+        if v != f.default and not (f.default == () and not v):
+            given.append(f.metadata["flag"])
+    return given
+
+
 @dataclass(frozen=True)
 class ProviderConfig:
     """Servers bought from a provider (issue 14): the emulated local one, its spot revocations,
@@ -199,9 +210,9 @@ class ProviderConfig:
         object.__setattr__(self, "quota", tuple(self.quota))
         object.__setattr__(self, "outages", tuple(self.outages))
         if self.name is None:
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            if any(getattr(self, k) != v for k, v in defaults.items()):
-                raise UserError("--autoscale and the provider flags need --provider local")
+            given = flags_given(lambda name: getattr(self, name))
+            if given:
+                raise UserError(f"{given[0]} needs --provider local")
             return
         if self.name != "local":
             raise UserError(f"--provider: unknown provider {self.name!r} (known: local)")
