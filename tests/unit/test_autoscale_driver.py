@@ -90,6 +90,13 @@ def test_malformed_spot_trace_names_file_and_line(capsys, tmp_path):
     assert f"{trace}:2" in err
 
 
+def test_a_worker_kind_the_provider_does_not_offer(capsys, tmp_path):
+    """Refused at launch, after the run directory had its metrics and logs, in the provider's
+    words ("does not offer 'k80'"), naming neither flag."""
+    err = run_error(capsys, tmp_path, "v100,k80:spot", *PROVIDER, "--kinds", "v100")
+    assert "--workers k80: not among --kinds v100" in err
+
+
 def test_impossible_deadline_says_the_fastest_finish(capsys, tmp_path):
     extra = [*PROVIDER, "--autoscale", "--deadline", "1s", "--kinds", "v100,k80"]
     err = run_error(capsys, tmp_path, "k80", *extra, steps=100000)
