@@ -247,7 +247,7 @@ def test_recovery_flag_is_checked():
         ProviderConfig(name="local", recovery="restart", autoscale=True, deadline="1h")
     with pytest.raises(UserError, match="peers or restart"):
         ProviderConfig(name="local", recovery="again")
-    with pytest.raises(UserError, match="need --provider"):
+    with pytest.raises(UserError, match="--recovery needs --provider local"):
         ProviderConfig(recovery="restart")
 
 
