@@ -40,6 +40,7 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--deadline", "1h"], "--autoscale"),
         ([*PROVIDER, "--autoscale", "--deadline", "1h", "--kinds", "v100,tpu9"], "tpu9"),
         ([*PROVIDER, "--notice", "soon"], "--notice"),
+        ([*PROVIDER, "--kinds", " , "], "--kinds names no kind, got ' , '"),
         ([*PROVIDER, "--notice", "inf"], "--notice"),  # a notice at every lease's start
         ([*PROVIDER, "--outage", "k80:0-10"], "--outage: expected KIND:TIER"),  # no tier
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),

@@ -216,6 +216,8 @@ class ProviderConfig:
             return
         if self.name != "local":
             raise UserError(f"--provider: unknown provider {self.name!r} (known: local)")
+        if self.kinds is not None and not self.kind_list:  # told as "the provider offers no kind"
+            raise UserError(f"--kinds names no kind, got {self.kinds!r}")
         if self.deadline is not None and self.budget is not None:
             raise UserError("--deadline and --budget: give one goal, not both")
         goal = self.deadline_s is not None or self.budget_usd is not None
