@@ -31,7 +31,8 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
 @pytest.mark.parametrize(
     "extra, needle",
     [
-        (["--autoscale", "--deadline", "1h"], "--provider local"),
+        (["--autoscale", "--deadline", "1h"], "--autoscale needs --provider local"),
+        (["--notice", "5"], "--notice needs --provider local"),  # the flag given, named
         ([*PROVIDER, "--autoscale"], "needs a goal"),
         ([*PROVIDER, "--autoscale", "--deadline", "1h", "--budget", "2usd"], "not both"),
         ([*PROVIDER, "--autoscale", "--deadline", "soon"], "--deadline"),
@@ -39,6 +40,7 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--deadline", "1h"], "--autoscale"),
         ([*PROVIDER, "--autoscale", "--deadline", "1h", "--kinds", "v100,tpu9"], "tpu9"),
         ([*PROVIDER, "--notice", "soon"], "--notice"),
+        ([*PROVIDER, "--kinds", " , "], "--kinds names no kind, got ' , '"),
         ([*PROVIDER, "--notice", "inf"], "--notice"),  # a notice at every lease's start
         ([*PROVIDER, "--outage", "k80:0-10"], "--outage: expected KIND:TIER"),  # no tier
         ([*PROVIDER, "--time-scale", "0"], "--time-scale"),
@@ -55,6 +57,11 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         ([*PROVIDER, "--startup", "-1"], "--startup must be from 0 to 86,400 s, got -1"),
         # billed $3.6e299 for 3 steps of digits
         ([*PROVIDER, "--time-scale", "1e300"], "--time-scale 1e+300: at most 1,000,000"),
+        # the emulated micro-batch time underflowed to 0: an error naming no flag
+        (
+            [*PROVIDER, "--autoscale", "--deadline", "1h", "--time-scale", "5e-324"],
+            "--time-scale 5e-324: at least 1e-06",
+        ),
         # the scaler's count of mixes took gigabytes (a hang); each server a torch process
         (
             [*PROVIDER, "--autoscale", "--deadline", "1h", "--max-servers", "999999999"],
@@ -82,6 +89,13 @@ def test_malformed_spot_trace_names_file_and_line(capsys, tmp_path):
     trace.write_text("k80,100\nk80,a while\n")
     err = run_error(capsys, tmp_path, "v100", *PROVIDER, "--spot-trace", str(trace))
     assert f"{trace}:2" in err
+
+
+def test_a_worker_kind_the_provider_does_not_offer(capsys, tmp_path):
+    """Refused at launch, after the run directory had its metrics and logs, in the provider's
+    words ("does not offer 'k80'"), naming neither flag."""
+    err = run_error(capsys, tmp_path, "v100,k80:spot", *PROVIDER, "--kinds", "v100")
+    assert "--workers k80: not among --kinds v100" in err
 
 
 def test_impossible_deadline_says_the_fastest_finish(capsys, tmp_path):

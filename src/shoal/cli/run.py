@@ -60,6 +60,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kinds = ",".join(dict.fromkeys(load_devices().parse_workers(workers)))  # not "2xk80"
         provider = dataclasses.replace(config.provider, kinds=kinds)
         config = dataclasses.replace(config, provider=provider)
+    elif config.provider.name:  # the --workers servers are bought from the provider too
+        devices = load_devices()
+        offered = {devices.check(k) for k in config.provider.kind_list}
+        for kind in devices.parse_workers(worker_kinds(args.workers, config)):
+            if kind not in offered:  # was refused at launch, the run directory written
+                raise UserError(f"--workers {kind}: not among --kinds {config.provider.kinds}")
     return config
 
 

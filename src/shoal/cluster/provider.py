@@ -275,6 +275,9 @@ def load_spot_trace(path: str) -> dict[str, RevocationModel]:
         raise UserError(f"--spot-trace {path}: no lifetimes in the file")
     if by_kind:
         return {k: TraceRevocations(tuple(sorted(v)), name=path) for k, v in by_kind.items()}
+    if not bamboo and not added:  # removals of nodes never added only: the first spot server
+        # drew from no lifetime (an IndexError in the run, after its workers had started)
+        raise UserError(f"--spot-trace {path}: no node is added in the file (no lifetimes)")
     # nodes still up at the end of the trace are censored: never revoked within it
     lifetimes = tuple(sorted(bamboo + [math.inf] * len(added)))
     return {ANY_KIND: TraceRevocations(lifetimes, name=path)}

@@ -21,6 +21,9 @@ TIER_NAMES = ("on_demand", "spot")
 # Emulated seconds per wall second: runs use 80 to 1,440. At 10^6 (11.6 days a wall second)
 # every spot lifetime (24 h at most) is over within a poll; 1e300 billed $3.6e299 for 3 steps.
 MAX_TIME_SCALE = 1e6
+# and at least 10^-6 (a server's 60 s boot took two wall years): at 5e-324 the emulated
+# micro-batch time underflowed to 0 ("a micro-batch time must be positive", no flag named)
+MIN_TIME_SCALE = 1e-6
 MAX_STARTUP_S = 86_400.0  # a server's boot: ICAC'19 measured 230-350 s; a day is generous
 # --scale-every's floor, the same as a scenario's (sim/scenario.py MIN_SCALE_EVERY_S): the run
 # writes it into OUT/scenario.json, whose replay decides every tick (~3 ms each; 1e-9 hung it)
@@ -67,6 +70,17 @@ def split_tiers(workers: str) -> tuple[str, list[str]]:
         tiers += [tier] * (int(count[1]) if count else 1)
         plain.append(body)
     return ",".join(plain), tiers
+
+
+def flags_given(value) -> list[str]:
+    """The flags of ProviderConfig's fields whose `value(name)` is not the default (a repeatable
+    flag left out: an empty list or tuple)."""
+    given = []
+    for f in dataclasses.fields(ProviderConfig):
+        v = value(f.name)
+        if v != f.default and not (f.default == () and not v):
+            given.append(f.metadata["flag"])
+    return given
 
 
 @dataclass(frozen=True)
@@ -127,7 +141,7 @@ class ProviderConfig:
         default=1.0,
         metadata=option(
             "--time-scale",
-            "emulated seconds per wall second (default 1, at most 10^6)",
+            "emulated seconds per wall second (default 1, from 10^-6 to 10^6)",
             metavar="X",
         ),
     )
@@ -196,12 +210,14 @@ class ProviderConfig:
         object.__setattr__(self, "quota", tuple(self.quota))
         object.__setattr__(self, "outages", tuple(self.outages))
         if self.name is None:
-            defaults = {f.name: f.default for f in dataclasses.fields(self)}
-            if any(getattr(self, k) != v for k, v in defaults.items()):
-                raise UserError("--autoscale and the provider flags need --provider local")
+            given = flags_given(lambda name: getattr(self, name))
+            if given:
+                raise UserError(f"{given[0]} needs --provider local")
             return
         if self.name != "local":
             raise UserError(f"--provider: unknown provider {self.name!r} (known: local)")
+        if self.kinds is not None and not self.kind_list:  # told as "the provider offers no kind"
+            raise UserError(f"--kinds names no kind, got {self.kinds!r}")
         if self.deadline is not None and self.budget is not None:
             raise UserError("--deadline and --budget: give one goal, not both")
         goal = self.deadline_s is not None or self.budget_usd is not None
@@ -213,6 +229,8 @@ class ProviderConfig:
             raise UserError(f"--time-scale must be > 0, got {self.time_scale}")
         if self.time_scale > MAX_TIME_SCALE:
             raise UserError(f"--time-scale {self.time_scale!r}: at most {MAX_TIME_SCALE:,.0f}")
+        if self.time_scale < MIN_TIME_SCALE:
+            raise UserError(f"--time-scale {self.time_scale!r}: at least {MIN_TIME_SCALE:g}")
         if self.recovery not in ("peers", "restart"):
             raise UserError(f"--recovery must be peers or restart, got {self.recovery!r}")
         if self.recovery == "restart" and self.autoscale:

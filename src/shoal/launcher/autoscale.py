@@ -305,7 +305,9 @@ class Driver:
 
     def check(self) -> None:
         """Before any worker starts: the goal must be reachable (one line, exit 2, if not), at
-        the launcher's timing of the job on this host (`hostspeed.py`)."""
+        the launcher's timing of the job on this host (`hostspeed.py`); and the --workers
+        servers must be there to buy."""
+        self.book.check_initial(self.spec.kinds, self._tiers())
         if self.scaler:
             check_goal(self.scaler.goal, self.model.scaler_input(0.0, 0))
 

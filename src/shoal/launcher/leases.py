@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import pathlib
 import time
+from collections import Counter
 
 from shoal.cluster.ledger import Carried, CostLedger, carry_over
 from shoal.cluster.provider import EmulatedProvider, Lease
@@ -27,6 +28,10 @@ from shoal.errors import UserError
 from shoal.metrics.cost import CostLine, LeaseLine
 from shoal.metrics.files import METRICS_FILE, RESULT_FILE, read_metrics
 from shoal.runtime.outputs import append_line, write_json_atomic
+
+
+def no_capacity(kind: str, tier: str) -> str:
+    return f"--workers: the provider has no {kind}:{tier} capacity at launch"
 
 
 def lease_label(counts: dict[tuple[str, str], int]) -> str:
@@ -76,9 +81,17 @@ class LeaseBook:
         for i, (kind, tier) in enumerate(zip(kinds, tiers, strict=True)):
             lease = self.provider.request(kind, tier, self.offset_s)
             if lease is None:
-                raise UserError(f"--workers: the provider has no {kind}:{tier} capacity at launch")
+                raise UserError(no_capacity(kind, tier))
             self.bind(lease.server, f"w{i}")
             self.open(lease)
+
+    def check_initial(self, kinds: list[str], tiers: list[str]) -> None:
+        """The --workers servers can be had at launch (no outage, within each quota): checked
+        before any worker starts too, where a fresh run directory had its metrics and logs."""
+        provider = self.provider
+        for (kind, tier), n in sorted(Counter(zip(kinds, tiers, strict=True)).items()):
+            if provider.in_outage(kind, tier, self.offset_s) or provider.quota_of(kind, tier) < n:
+                raise UserError(no_capacity(kind, tier))
 
     def open(self, lease: Lease) -> None:
         self.leases[lease.server] = lease

@@ -11,6 +11,7 @@ import os
 import sys
 
 from shoal.config import EmulationConfig, RunConfig
+from shoal.config.provider import flags_given
 from shoal.errors import UserError
 from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
 from shoal.runtime.checkpoint import check_resumable, foreign_checkpoints
@@ -27,12 +28,15 @@ def parse_config(argv: list[str] | None = None) -> RunConfig:
         return given
     parser = RaisingParser(prog="python -m shoal.worker", formatter_class=HelpFormatter)
     add_flags(parser, RunConfig)
-    config = from_args(RunConfig, parser.parse_args(argv), emulation=EmulationConfig.from_environ())
-    if config.provider.name:  # torchrun's processes are its own: nothing to buy or revoke
+    args = parser.parse_args(argv)
+    # torchrun's processes are its own: nothing to buy or revoke. Checked before the provider's
+    # own check, which told `--spot-trace F` alone to add --provider local, then refused that
+    given = flags_given(lambda name: getattr(args, f"provider_{name}"))
+    if given:
         raise UserError(
-            "--provider and its flags are for `shoal run` (local workers), not torchrun"
+            f"{given[0]}: the provider's flags are for `shoal run` (local workers), not torchrun"
         )
-    return config
+    return from_args(RunConfig, args, emulation=EmulationConfig.from_environ())
 
 
 def check_fresh_start(config: RunConfig, run_id: str | None) -> None:

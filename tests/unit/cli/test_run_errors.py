@@ -134,6 +134,17 @@ def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path):
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1
     assert "the provider has no v100:on_demand capacity at launch" in err
+    assert not (tmp_path / "o" / "metrics.jsonl").exists()  # refused before the launch
+
+
+def test_a_quota_below_the_initial_servers_is_refused_before_the_launch(capsys, tmp_path):
+    code, err = run(
+        capsys, DIGITS, "--workers", "2xv100:spot", "--steps", "2", "--out", str(tmp_path / "o"),
+        "--provider", "local", "--quota", "v100:spot=1",
+    )  # fmt: skip
+    assert code == 2 and err.count("\n") == 1
+    assert "the provider has no v100:spot capacity at launch" in err
+    assert not (tmp_path / "o" / "metrics.jsonl").exists()
 
 
 def test_thread_count_past_the_bound(capsys, tmp_path):

@@ -31,6 +31,10 @@ from shoal_testing import DIGITS
         ([], ["--threads", "x"], "argument --threads: invalid int value: 'x'"),
         ([], ["--nope"], "unrecognized arguments: --nope"),
         ([], ["--peer-timeout", "nan"], "argument --peer-timeout: invalid float value: 'nan'"),
+        # a provider flag alone was told to add --provider local, which was then refused
+        ([], ["--spot-trace", "t.csv"], "--spot-trace: the provider's flags are for `shoal run`"),
+        ([], ["--quota", "k80:spot=1"], "--quota: the provider's flags are for `shoal run`"),
+        ([], ["--provider", "local"], "--provider: the provider's flags are for `shoal run`"),
     ],
 )
 def test_refused_before_any_worker_starts(tmp_path, capsys, monkeypatch, front, job, message):

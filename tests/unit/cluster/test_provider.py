@@ -172,6 +172,8 @@ def test_load_spot_trace_csv_and_bamboo(tmp_path):
         # a NaN lifetime (inf - inf, NaN - NaN), taken silently: no revocation, exit 0
         ("1e400,add,n1\n1e401,remove,n1\n", ":1: expected 'ms,add|remove,node'"),
         ("0,add,n1\nnan,remove,n1\n", ":2: expected 'ms,add|remove,node'"),
+        # removals of nodes never added: no lifetime to draw (an IndexError in the run)
+        ("100,remove,n1\n", "no node is added in the file"),
     ],
 )
 def test_malformed_trace_names_file_and_line(tmp_path, text, needle):
@@ -245,7 +247,7 @@ def test_recovery_flag_is_checked():
         ProviderConfig(name="local", recovery="restart", autoscale=True, deadline="1h")
     with pytest.raises(UserError, match="peers or restart"):
         ProviderConfig(name="local", recovery="again")
-    with pytest.raises(UserError, match="need --provider"):
+    with pytest.raises(UserError, match="--recovery needs --provider local"):
         ProviderConfig(recovery="restart")
 
 
