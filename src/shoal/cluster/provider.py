@@ -222,7 +222,10 @@ def parse_spot_lifetimes(text: str) -> dict[str, RevocationModel]:
         kind, sep, model = item.partition(":")
         if not sep or not kind.strip() or not model.strip():
             raise UserError(f"--spot-lifetimes: bad item {item!r} (expected KIND:MODEL)")
-        out[devices.check(kind.strip())] = revocation_model(model.strip().lower())
+        kind = devices.check(kind.strip())
+        if kind in out:  # the last one was kept without a word
+            raise UserError(f"--spot-lifetimes: {kind} given twice")
+        out[kind] = revocation_model(model.strip().lower())
     return out
 
 

@@ -279,7 +279,10 @@ class ProviderConfig:
             n = n.strip()
             if not (n.isascii() and n.isdigit()):  # int('²') fails
                 raise UserError(f"--quota: expected KIND:TIER=N, got {item!r}")
-            out[_kind_tier(key, "--quota")] = int(n)
+            kind_tier = _kind_tier(key, "--quota")
+            if kind_tier in out:  # the last one was kept without a word
+                raise UserError(f"--quota: {':'.join(kind_tier)} given twice")
+            out[kind_tier] = int(n)
         return out
 
     @property
@@ -294,5 +297,7 @@ class ProviderConfig:
                 raise UserError(f"--outage: expected KIND:TIER:A-B, got {item!r}") from None
             if not (math.isfinite(lo) and math.isfinite(hi)):  # 1e400: an outage never over
                 raise UserError(f"--outage {item}: A and B must be finite (emulated seconds)")
+            if not 0 <= lo <= hi:  # was the provider's words, naming no flag
+                raise UserError(f"--outage {item}: needs 0 <= A <= B (emulated seconds)")
             out.append((*_kind_tier(key, "--outage"), lo, hi))
         return tuple(out)

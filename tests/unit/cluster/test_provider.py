@@ -313,3 +313,23 @@ def test_outage_bounds_must_be_finite(span):
     assert config.outage_list == (("k80", "spot", 0.0, 1e300),)
     with pytest.raises(UserError, match="^outage of k80:spot needs finite"):  # a scenario's
         EmulatedProvider(("k80",), outages=(("k80", "spot", 0.0, math.inf),))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"quota": ("k80:spot=1", "K80:spot=2")}, "^--quota: k80:spot given twice$"),
+        ({"outages": ("k80:spot:10-0",)}, "^--outage k80:spot:10-0: needs 0 <= A <= B"),
+        ({"outages": ("k80:spot:-5-10",)}, "^--outage"),
+    ],
+)
+def test_quota_and_outage_items_are_refused_naming_the_flag(fields, message):
+    with pytest.raises(UserError, match=message):
+        config = ProviderConfig(name="local", kinds="k80", **fields)
+        config.quota_map, config.outage_list  # noqa: B018 (checked where they are read)
+
+
+def test_a_kind_given_twice_in_spot_lifetimes_is_refused():
+    assert set(parse_spot_lifetimes("k80:gce,v100:p3")) == {"k80", "v100"}
+    with pytest.raises(UserError, match="^--spot-lifetimes: k80 given twice$"):
+        parse_spot_lifetimes("k80:gce,K80:p3")
