@@ -125,26 +125,24 @@ def test_bad_count_fails_before_any_worker(capsys, tmp_path, flag):
     assert not (tmp_path / "o").exists()
 
 
-def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path):
-    """The run stops before any step: the missing scenario it cannot write (no step measured)
-    used to replace the cause with 'scenario: host_s must be > 0'."""
+@pytest.mark.parametrize(
+    "workers, flag, missing",
+    [
+        ("v100", ["--outage", "v100:on_demand:0-100"], "v100:on_demand"),
+        ("2xv100:spot", ["--quota", "v100:spot=1"], "v100:spot"),  # a quota below the servers
+    ],
+)
+def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path, workers, flag, missing):
+    """The run stops before any step, and before it takes the run directory: the missing
+    scenario it cannot write (no step measured) used to replace the cause with 'scenario:
+    host_s must be > 0', and a refusal at launch left metrics.jsonl behind."""
     code, err = run(
-        capsys, DIGITS, "--workers", "v100", "--steps", "2", "--out", str(tmp_path / "o"),
-        "--provider", "local", "--outage", "v100:on_demand:0-100",
+        capsys, DIGITS, "--workers", workers, "--steps", "2", "--out", str(tmp_path / "o"),
+        "--provider", "local", *flag,
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1
-    assert "the provider has no v100:on_demand capacity at launch" in err
+    assert f"the provider has no {missing} capacity at launch" in err
     assert not (tmp_path / "o" / "metrics.jsonl").exists()  # refused before the launch
-
-
-def test_a_quota_below_the_initial_servers_is_refused_before_the_launch(capsys, tmp_path):
-    code, err = run(
-        capsys, DIGITS, "--workers", "2xv100:spot", "--steps", "2", "--out", str(tmp_path / "o"),
-        "--provider", "local", "--quota", "v100:spot=1",
-    )  # fmt: skip
-    assert code == 2 and err.count("\n") == 1
-    assert "the provider has no v100:spot capacity at launch" in err
-    assert not (tmp_path / "o" / "metrics.jsonl").exists()
 
 
 def test_thread_count_past_the_bound(capsys, tmp_path):
