@@ -12,6 +12,7 @@ publishes each new generation of the group when its membership changes (see
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -219,17 +220,38 @@ def run_local(spec: RunSpec, show_progress: bool = True, verbose: bool = False) 
     from shoal.launcher.rundir import run_in_directory
     from shoal.launcher.supervisor import Controller
 
-    speeds, job = check_run(spec)
-    spec = with_implied_reference(spec)
-    never = unreachable_events(spec)
-    if never:  # one line, however many
-        sys.stderr.write(f"shoal: warning: {named(never)} can never fire\n")
-    # and they are not queued: a step event due at --steps was tried once the workers had gone
-    spec = dataclasses.replace(spec, events=[e for e in spec.events if e not in never])
-    driver = provider_driver(spec, speeds, job)
+    with no_new_folder_left_on_refusal(spec.config.out):
+        speeds, job = check_run(spec)
+        spec = with_implied_reference(spec)
+        never = unreachable_events(spec)
+        if never:  # one line, however many
+            sys.stderr.write(f"shoal: warning: {named(never)} can never fire\n")
+        # and not queued: a step event due at --steps was tried once the workers had gone
+        spec = dataclasses.replace(spec, events=[e for e in spec.events if e not in never])
+        driver = provider_driver(spec, speeds, job)
     # the directory's lock, a resume's checks, and nothing destroyed: rundir.py
     run = lambda: Controller(spec, speeds, show_progress, verbose, driver).run()  # noqa: E731
     return run_in_directory(spec.config, run, job)
+
+
+@contextlib.contextmanager
+def no_new_folder_left_on_refusal(out: str):
+    """check_run makes --out (and its missing parents) to check it can be written; a refusal
+    after that (a provider flag, an impossible goal) removes what it made while still empty."""
+    made = []
+    for path in (pathlib.Path(out), *pathlib.Path(out).parents):
+        if path.exists():
+            break
+        made.append(path)
+    try:
+        yield
+    except UserError:
+        for path in made:  # the deepest first
+            try:
+                path.rmdir()  # only an empty folder
+            except OSError:
+                break
+        raise
 
 
 def with_implied_reference(spec: RunSpec) -> RunSpec:

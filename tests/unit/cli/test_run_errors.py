@@ -137,12 +137,12 @@ def test_no_capacity_at_launch_is_the_error_told(capsys, tmp_path, workers, flag
     scenario it cannot write (no step measured) used to replace the cause with 'scenario:
     host_s must be > 0', and a refusal at launch left metrics.jsonl behind."""
     code, err = run(
-        capsys, DIGITS, "--workers", workers, "--steps", "2", "--out", str(tmp_path / "o"),
+        capsys, DIGITS, "--workers", workers, "--steps", "2", "--out", str(tmp_path / "o/p"),
         "--provider", "local", *flag,
     )  # fmt: skip
     assert code == 2 and err.count("\n") == 1
     assert f"the provider has no {missing} capacity at launch" in err
-    assert not (tmp_path / "o" / "metrics.jsonl").exists()  # refused before the launch
+    assert list(tmp_path.iterdir()) == []  # refused before the launch, no empty --out left
 
 
 def test_thread_count_past_the_bound(capsys, tmp_path):
