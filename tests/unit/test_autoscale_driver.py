@@ -49,7 +49,12 @@ def run_error(capsys, tmp_path, workers, *extra, steps=2):
         # its OUT/scenario.json would not load: a replay deciding every 1e-9 s hung
         (
             [*PROVIDER, "--scale-every", "0.5"],
-            "--scale-every must be >= 1 (emulated seconds), got 0.5",
+            "--scale-every must be from 1 to 86,400 (emulated seconds), got 0.5",
+        ),
+        # the scaler never re-decided, and the give-up bound (6 x the cadence) never came
+        (
+            [*PROVIDER, "--scale-every", "1e300"],
+            "--scale-every must be from 1 to 86,400 (emulated seconds), got 1e+300",
         ),
         ([*PROVIDER, "--outage", "k80:spot:later"], "--outage"),
         ([*PROVIDER, "--startup", "1e300"], "--startup must be from 0 to 86,400 s, got 1e+300"),

@@ -28,6 +28,9 @@ MAX_STARTUP_S = 86_400.0  # a server's boot: ICAC'19 measured 230-350 s; a day i
 # --scale-every's floor, the same as a scenario's (sim/scenario.py MIN_SCALE_EVERY_S): the run
 # writes it into OUT/scenario.json, whose replay decides every tick (~3 ms each; 1e-9 hung it)
 MIN_SCALE_EVERY_S = 1.0
+# and its ceiling, a day (spot lifetimes are measured within a day): past it, the scaler never
+# re-decided and the give-up bound for workers that keep failing (6 x the cadence) never came
+MAX_SCALE_EVERY_S = 86_400.0
 
 
 def parse_duration(text: str, flag: str) -> float:
@@ -157,7 +160,7 @@ class ProviderConfig:
         default=600.0,
         metadata=option(
             "--scale-every",
-            "re-decide the mix every S emulated seconds (at least 1)",
+            "re-decide the mix every S emulated seconds (from 1 to 86,400)",
             metavar="SECONDS",
         ),
     )
@@ -240,10 +243,10 @@ class ProviderConfig:
             raise UserError(
                 f"--startup must be from 0 to {MAX_STARTUP_S:,.0f} s, got {self.startup_s:g}"
             )
-        if not MIN_SCALE_EVERY_S <= self.scale_every_s < math.inf:
+        if not MIN_SCALE_EVERY_S <= self.scale_every_s <= MAX_SCALE_EVERY_S:
             raise UserError(
-                f"--scale-every must be >= {MIN_SCALE_EVERY_S:g} (emulated seconds), "
-                f"got {self.scale_every_s:g}"
+                f"--scale-every must be from {MIN_SCALE_EVERY_S:g} to {MAX_SCALE_EVERY_S:,.0f} "
+                f"(emulated seconds), got {self.scale_every_s:g}"
             )
         self.notice_s, self.quota_map, self.outage_list  # noqa: B018 (each checks its flag)
 
