@@ -1,9 +1,15 @@
-"""A one-line console progress bar (loss and samples/s); plain lines when not on a terminal."""
+"""A one-line console progress bar (loss and samples/s); plain lines when not on a terminal;
+and a count in words for console lines."""
 
 from __future__ import annotations
 
 import sys
 from typing import TextIO
+
+
+def counted(n: int, noun: str) -> str:
+    """`1 worker`, `3 workers`: a count and its noun, in the number the count takes."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 class Progress:

@@ -20,7 +20,7 @@ ALLOWED: dict[str, set[str] | None] = {
     "cluster": {"perf", "errors", "digits"},
     "control": {"perf", "plan", "cluster", "errors", "digits"},
     "sim": {"control", "perf", "plan", "cluster", "errors", "json_input", "digits"},
-    "runtime": {"control", "perf", "plan", "errors", "job", "config", "metrics"},
+    "runtime": {"control", "perf", "plan", "errors", "job", "config", "metrics", "console"},
     "launcher": {
         "runtime",
         "sim",

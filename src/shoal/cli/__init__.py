@@ -65,14 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"shoal: run failed: {exc}\n")
         return 1
     except OSError as exc:
-        # a path flag or argument past the file system's limit on a name (255 bytes on most):
-        # pathlib's exists(), is_file() and is_dir() raise it (Python 3.11), and every command
-        # checks its paths that way, so `--workload`, `report DIR`, `--checkpoint-dir`,
-        # `--resume`, tune's `--out` each ended in a traceback
         if exc.errno in _DISK_REFUSED:  # a write no layer named: still one line, a failed run
             where = f"{_shown(exc.filename)}: " if exc.filename else ""
             sys.stderr.write(f"shoal: run failed: cannot write {where}{exc.strerror}\n")
             return 1
+        # a path flag or argument past the file system's limit on a name (255 bytes on most):
+        # pathlib's exists(), is_file() and is_dir() raise it (Python 3.11), and every command
+        # checks its paths that way, so `--workload`, `report DIR`, `--checkpoint-dir`,
+        # `--resume`, tune's `--out` each ended in a traceback
         if exc.errno != errno.ENAMETOOLONG:
             raise
         sys.stderr.write(f"shoal: error: file name too long: {_shown(exc.filename)}\n")

@@ -129,6 +129,14 @@ class EmulatedProvider:
     def in_outage(self, kind: str, tier: str, now_s: float) -> bool:
         return any(k == kind and t == tier and a <= now_s < b for k, t, a, b in self.outages)
 
+    def available(self, kind: str, tier: str, now_s: float) -> int:
+        """How many more servers of (kind, tier) can be had at `now_s`: none in an outage, else
+        the quota less those held."""
+        if self.in_outage(kind, tier, now_s):
+            return 0
+        held = sum(1 for x in self._leases.values() if (x.kind, x.tier) == (kind, tier))
+        return max(0, self.quota_of(kind, tier) - held)
+
     def held(self, now_s: float) -> list[Lease]:
         """Leases still held at `now_s`: not released and not yet revoked."""
         return [x for x in self._leases.values() if x.revoke_at_s > now_s]
@@ -162,8 +170,7 @@ class EmulatedProvider:
                 f"the provider does not offer {kind!r} (offers: {', '.join(self.kinds)})"
             )
         self._forget_revoked(now_s)
-        held = sum(1 for x in self._leases.values() if (x.kind, x.tier) == (kind, tier))
-        if self.in_outage(kind, tier, now_s) or held >= self.quota_of(kind, tier):
+        if self.available(kind, tier, now_s) < 1:
             return None
         n, ready = self._count, now_s + self.startup_s
         self._count += 1

@@ -27,6 +27,8 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+from shoal.console import counted
+
 if TYPE_CHECKING:
     from shoal.launcher.supervisor import Worker
 
@@ -65,8 +67,8 @@ class Generations:
         if len(arrived) < len(initial) and not late:
             return
         self.first_arrival = None
-        n, waited = len(arrived), time.time() - self.t0
-        self.say(f"{n} worker{'s' if n != 1 else ''} ready after {waited:.1f}s; training")
+        waited = time.time() - self.t0
+        self.say(f"{counted(len(arrived), 'worker')} ready after {waited:.1f}s; training")
         self.publish([w.id for w in arrived])
 
     def admit_and_regroup(self) -> None:

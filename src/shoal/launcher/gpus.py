@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from shoal.console import counted
+
 
 def visible_gpus() -> list[str]:
     """The GPUs CUDA shows this process, as CUDA_VISIBLE_DEVICES names them ([] without)."""
@@ -58,7 +60,7 @@ class GpuSlots:
             return f"each worker on a GPU of its own ({self.shown} shown)"
         return (
             f"the workers train on the CPU: the run may hold {self.at_once} at once and CUDA "
-            f"shows {self.shown} GPU{'s' if self.shown != 1 else ''} (one each is needed)"
+            f"shows {counted(self.shown, 'GPU')} (one each is needed)"
         )
 
     def free(self, alive: Callable[[str], bool]) -> str | None:

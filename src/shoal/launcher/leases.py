@@ -88,9 +88,8 @@ class LeaseBook:
     def check_initial(self, kinds: list[str], tiers: list[str]) -> None:
         """The --workers servers can be had at launch (no outage, within each quota): checked
         before any worker starts too, where a fresh run directory had its metrics and logs."""
-        provider = self.provider
         for (kind, tier), n in sorted(Counter(zip(kinds, tiers, strict=True)).items()):
-            if provider.in_outage(kind, tier, self.offset_s) or provider.quota_of(kind, tier) < n:
+            if self.provider.available(kind, tier, self.offset_s) < n:
                 raise UserError(no_capacity(kind, tier))
 
     def open(self, lease: Lease) -> None:

@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from shoal.console import Progress
+from shoal.console import Progress, counted
 from shoal.errors import CAUSE_SUFFIX, STORAGE_PREFIX, RunFailed, UserError
 from shoal.launcher.events import named
 from shoal.launcher.generations import Generations
@@ -158,10 +158,10 @@ class Controller(Generations):
             for kind in self.spec.kinds:
                 self.spawn(kind)
             kinds = ", ".join(self.spec.kinds)
-            n = len(self.spec.kinds)
-            self.say(f"starting {n} worker{'s' if n != 1 else ''} ({kinds}); logs in {self.logs}")
-            if self.gpus.note():
-                self.say(self.gpus.note())
+            starting = counted(len(self.spec.kinds), "worker")
+            self.say(f"starting {starting} ({kinds}); logs in {self.logs}")
+            if note := self.gpus.note():
+                self.say(note)
             while not self.finished:
                 self.read_progress()
                 if self.driver:
@@ -378,8 +378,9 @@ class Controller(Generations):
             )
         with contextlib.suppress(OSError):  # a full disk: the line below still tells it
             (self.logs / "failure.txt").write_text("\n".join(tails) + "\n")
-        n = len(self.pending)
-        unfired = f"; {n} pending event{'s' * (n != 1)} cannot fire" if n else ""
+        unfired = (
+            f"; {counted(len(self.pending), 'pending event')} cannot fire" if self.pending else ""
+        )
         raise RunFailed(
             f"every worker is gone at step {self.steps_done}{unfired} (worker logs: "
             f"{self.logs}); {resume_hint(self.spec)}"  # the command last: copied as it is

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from shoal.config import BatchConfig, SlowLinkConfig
+from shoal.console import counted
 from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError, cannot_write
 from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult, read_metrics
@@ -251,8 +252,8 @@ class StepLog:
             wall_time_s=now - self.t0,
             recovery_time_s=now - ended_at,
             lost_steps=lost,
-            detail=f"generation {group.generation}: {group.world_size} "
-            f"worker{'s' if group.world_size != 1 else ''}, state from {source}",
+            detail=f"generation {group.generation}: {counted(group.world_size, 'worker')}, "
+            f"state from {source}",
         )
         append_line(self.path, event)
 

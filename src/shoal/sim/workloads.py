@@ -97,6 +97,14 @@ def _check_length(path: Path, lineno: int, what: str, seconds: float) -> None:
         )
 
 
+def _alone_s(app: str, gpus: int, batch: int, steps: float) -> float:
+    """A job's time alone on its GPUs of the profiled kind, consolidated (as a Philly job's is
+    set), for `_check_length`."""
+    return steps * goodput_model(app).step_time_s(
+        ((PROFILE_KIND, gpus),), math.ceil(gpus / 4), batch
+    )
+
+
 def _check_arrival(path: Path, lineno: int, what: str, arrival_s: float) -> None:
     """A job arriving at or after the horizon never ran: the simulation stopped first and the
     job vanished from the results (an arrival of 1e300 s also made the makespan 1e300 s)."""
@@ -143,11 +151,11 @@ def load_pollux_workload(path: Path) -> list[JobSpec]:
         batch = _num(path, lineno, row, "batch_size", int, 1)
         work = load_profile(app).total_progress
         # a batch of 10^8 on a gang policy ran past the horizon: exit 0, no job finished, a
-        # makespan of 10^22 s; the job alone on its GPUs (profiled kind, consolidated) must fit
-        rate = goodput_model(app).segment_rate(
-            ((PROFILE_KIND, gpus),), math.ceil(gpus / 4), batch, 0.0, work
+        # makespan of 10^22 s
+        steps = goodput_model(app).steps_between(batch, 0.0, work)
+        _check_length(
+            path, lineno, f"batch_size {float(batch):g}", _alone_s(app, gpus, batch, steps)
         )
-        _check_length(path, lineno, f"batch_size {float(batch):g}", work / rate)
         jobs.append(
             JobSpec(
                 name=name,
@@ -184,9 +192,7 @@ def load_easyscale_workload(path: Path) -> list[JobSpec]:
         batch = _num(path, lineno, row, "batch_size", int, 1) * mp
         epochs = _num(path, lineno, row, "epochs", float, 0)
         steps = max(1.0, epochs * EASYSCALE_EPOCH_SAMPLES[app] / batch)
-        # its time on its GPUs of the profiled kind, consolidated (as a Philly job's is set)
-        step_s = goodput_model(app).step_time_s(((PROFILE_KIND, mp),), math.ceil(mp / 4), batch)
-        _check_length(path, lineno, f"epochs {epochs:g}", steps * step_s)
+        _check_length(path, lineno, f"epochs {epochs:g}", _alone_s(app, mp, batch, steps))
         het = _num(path, lineno, row, "enable_heterogeneous_deterministic", float, 0)
         kind = (row.get("preferred_gpu") or "").strip().lower() or None
         if kind is not None and kind not in load_devices().memory_gib:
