@@ -58,6 +58,34 @@ def test_a_worker_that_fails_otherwise_is_one_line_naming_it_and_exit_1(tmp_path
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
 
 
+def test_a_disk_that_refuses_a_write_is_one_line_with_the_resume_and_exit_1(tmp_path):
+    """Rank 0's metrics line of step 3 meets a full disk (its writer raises as on ENOSPC): not
+    bad input (it was exit 2, with no way to resume), the run failed, resumable from step 2."""
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import errno\nimport os\nimport runpy\n\nimport shoal.runtime.outputs as outputs\n"
+        f"from shoal.errors import cannot_write\n\nDIGITS = runpy.run_path({str(DIGITS)!r})\n"
+        "REAL = outputs.append_line\n\n\n"
+        "def full(path, record):\n"
+        "    line = record if isinstance(record, dict) else record.to_json()\n"
+        "    if line.get('kind') == 'step' and line.get('step') == 3:\n"
+        "        raise cannot_write('', path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))\n"
+        "    REAL(path, record)\n\n\n"
+        "def make_job(**options):\n"
+        "    if os.environ.get('RANK') == '0':\n        outputs.append_line = full\n"
+        "    return DIGITS['make_job'](**options)\n"
+    )
+    proc = _front(tmp_path, job, "--steps", "4", "--checkpoint-every", "2")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert proc.stderr.splitlines()[-1] == (
+        f"shoal: run failed: cannot write {str(metrics)!r}: No space left on device; once the "
+        "disk takes writes, continue from the checkpoint of step 2 with the same command and "
+        "--resume"
+    )
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.timeout(180)
 def test_sigterm_to_the_front_stops_the_workers_in_one_line(tmp_path):
     """torchrun's agent raised its SignalException out of the front: a traceback, exit 1."""

@@ -12,9 +12,13 @@ import sys
 
 from shoal.config import EmulationConfig, RunConfig
 from shoal.config.provider import flags_given
-from shoal.errors import UserError
+from shoal.errors import StorageError, UserError
 from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
-from shoal.runtime.checkpoint import check_resumable, foreign_checkpoints
+from shoal.runtime.checkpoint import (
+    check_resumable,
+    foreign_checkpoints,
+    latest_checkpoint_step,
+)
 from shoal.runtime.outputs import prepare_out_dir
 from shoal.runtime.torchrun_front import report_to_agent
 
@@ -87,6 +91,23 @@ def cli(argv: list[str] | None = None) -> int:
         if not report_to_agent(str(exc)):  # under `shoal torchrun` the front says it once
             sys.stderr.write(f"shoal: error: {exc}\n")
         return 2
+    except StorageError as exc:  # under torchrun (shoal run's worker made it a UserError)
+        said = f"{exc}; {torchrun_resume_hint(config)}"
+        if not report_to_agent(said):
+            sys.stderr.write(f"shoal: run failed: {said}\n")
+        return 1
+
+
+def torchrun_resume_hint(config: RunConfig) -> str:
+    """What a torchrun worker stopped by a disk that refused a write recommends: the same
+    command with --resume, once the disk takes writes, if a checkpoint is there to resume."""
+    step = latest_checkpoint_step(checkpoint_dir(config))
+    if step is None:
+        return "no checkpoint was written, so it cannot be resumed"
+    return (
+        f"once the disk takes writes, continue from the checkpoint of step {step} with the "
+        "same command and --resume"
+    )
 
 
 def run_as_script() -> None:

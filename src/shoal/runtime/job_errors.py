@@ -2,7 +2,8 @@
 loss that is not a scalar, bad input. It is deterministic: every worker would meet it again,
 after any regroup or resume. `reports_errors` wraps the worker's entry so that the worker
 reports it in one line (file and line) in `<id>.cause.json` for the controller, with the
-traceback, and exits with code 2.
+traceback, and exits with code 2. A write the disk refused (`StorageError`) is not the job's
+fault: reported as such, and under torchrun it stays a failed run to resume (exit code 1).
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ def reports_errors(main):
         except PeerFailure:
             raise
         except StorageError as exc:  # a full or read-only disk: the run stops, resumable
-            error = UserError(str(exc))
-            _write_cause(config, str(error), traceback.format_exc(), storage=True)
-            raise error from exc
+            _write_cause(config, str(exc), traceback.format_exc(), storage=True)
+            if not os.environ.get("SHOAL_WORKER_ID"):  # torchrun: its entry adds the resume
+                raise
+            # shoal run: one line from the worker, which the launcher reads from the cause
+            # file and tells with the resume command
+            raise UserError(str(exc)) from exc
         except Exception as exc:
             error = exc if isinstance(exc, UserError) else user_code_error(exc)
             text = traceback.format_exc()

@@ -5,8 +5,9 @@ Every torchrun option is torchrun's own (its parser, its rendezvous, its restart
 is how a run that fails is told: plain torchrun ends any failure with its own traceback and a
 report block (exit 1), even when every worker only refused a flag. Here each worker writes the
 error it stopped on to the file torchrun gives it (`TORCHELASTIC_ERROR_FILE`) instead of stderr;
-a refused input is then one line and exit code 2, and any other failure one line naming the
-first worker that failed, exit code 1.
+a refused input is then one line and exit code 2, a disk that refused a write the worker's line
+with how to resume (exit code 1), and any other failure one line naming the first worker that
+failed, exit code 1.
 """
 
 from __future__ import annotations
@@ -114,8 +115,10 @@ def launch(args: argparse.Namespace) -> int:
         run(args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
-        if failure.exitcode == BAD_INPUT and failure.error_file_data.get("shoal"):
-            raise UserError(failure.message) from None  # the worker's own words, once
+        if failure.error_file_data.get("shoal"):  # the worker's own words, once
+            if failure.exitcode == BAD_INPUT:
+                raise UserError(failure.message) from None
+            raise RunFailed(failure.message) from None  # a disk that refused a write
         why = f"exit code {failure.exitcode}" if failure.exitcode >= 0 else failure.message
         said = f"worker rank {rank} stopped with {why} (its output above says why)"
         raise RunFailed(said) from None

@@ -80,3 +80,18 @@ def test_a_worker_reports_a_refused_write_as_storage(tmp_path, monkeypatch):
         main(config)
     report = json.loads((tmp_path / f"w0{CAUSE_SUFFIX}").read_text())
     assert report["storage"] is True and report["cause"].startswith("cannot write ")
+
+
+def test_under_torchrun_a_refused_write_stays_a_failed_run(tmp_path, monkeypatch):
+    """No launcher reads the cause file under torchrun: the worker's entry tells it, exit 1."""
+    monkeypatch.delenv("SHOAL_WORKER_ID", raising=False)
+    monkeypatch.setenv("SHOAL_CAUSE_DIR", str(tmp_path))
+    config = types.SimpleNamespace(out=str(tmp_path))
+
+    @job_errors.reports_errors
+    def main(config):
+        raise StorageError("cannot write 'x/metrics.jsonl': No space left on device")
+
+    with pytest.raises(StorageError, match="^cannot write 'x/metrics.jsonl'"):
+        main(config)
+    assert json.loads((tmp_path / f"w0{CAUSE_SUFFIX}").read_text())["storage"] is True
