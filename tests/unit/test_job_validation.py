@@ -129,7 +129,10 @@ def frozen() -> nn.Module:
         (dict(model=lambda: lambda x: x), ("Job.model must return a torch.nn.Module", "function")),
         (dict(model=frozen), ("Job.model", "no trainable parameters")),
         (dict(model=lambda: nn.Linear(8, 3).double()), ("Job.model", "float32", "float64")),
+        (dict(model=lambda: nn.LazyLinear(3)), ("Job.model", "uninitialized", "LazyLinear")),
         (dict(optimizer=lambda p: None), ("Job.optimizer", "torch.optim.Optimizer", "NoneType")),
+        (dict(optimizer=torch.optim.LBFGS), ("Job.optimizer", "LBFGS", "closure")),
+        (dict(optimizer=torch.optim.SparseAdam), ("Job.optimizer", "SparseAdam", "densely")),
         (dict(lr_scheduler=lambda opt: None), ("Job.lr_scheduler", "step()", "NoneType")),
         (
             dict(lr_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau),
@@ -145,6 +148,45 @@ def test_what_a_factory_builds_is_checked_where_it_is_built(overrides, needles):
 def test_a_float64_model_is_fine_without_the_exact_sum():
     job = shoal.Job(**fields(model=lambda: nn.Linear(8, 3).double()))
     assert Trainer(job, consistency="fast").model.weight.dtype == torch.float64
+
+
+def test_a_model_of_mixed_dtypes_is_refused_without_the_exact_sum_too():
+    def mixed() -> nn.Module:
+        model = nn.Linear(8, 3)
+        model.bias = nn.Parameter(torch.zeros(3, dtype=torch.float64))
+        return model
+
+    job = shoal.Job(**fields(model=mixed))
+    refused(lambda: Trainer(job, consistency="fast"), "Job.model", "float32, float64")
+
+
+def test_an_optimizer_factory_may_read_its_parameters_twice():
+    """Param groups split by p.ndim (as nanoGPT's) read the parameters twice: a generator's
+    second pass was empty, and the biases were never stepped."""
+
+    def grouped(params):
+        return torch.optim.AdamW(
+            [
+                {"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+                {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+            ]
+        )
+
+    trainer = Trainer(shoal.Job(**fields(optimizer=grouped)))
+    assert [len(g["params"]) for g in trainer.optimizer.param_groups] == [1, 1]
+
+
+@pytest.mark.parametrize("consistency", ["exact", "fast"])
+def test_a_parameter_of_no_elements_trains(consistency):
+    def with_empty() -> nn.Module:
+        model = nn.Linear(8, 3)
+        model.unused = nn.Parameter(torch.zeros(0))  # e.g. a layer configured to width 0
+        return model
+
+    trainer = Trainer(shoal.Job(**fields(model=with_empty)), consistency=consistency)
+    for _ in range(3):  # the first step probes, the second predicts its bounds from the first
+        trainer.train_step()
+    assert trainer.step == 3 and trainer.model.unused.numel() == 0
 
 
 def test_a_scheduler_stepped_without_a_metric_is_taken():

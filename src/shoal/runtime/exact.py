@@ -162,7 +162,9 @@ class FixedPointAccumulator:
         if bool(self.nonfinite.any()):
             self.flat_grad[self.nonfinite[self.segment]] = math.nan
         magnitude = self.flat_grad.abs()
-        maxima = torch.stack([t.max() for t in torch.split(magnitude, self.numels)]).tolist()
+        # (a tensor of no elements has no max: 0, as it had in the probe's scatter)
+        parts = torch.split(magnitude, self.numels)
+        maxima = torch.stack([t.max() if t.numel() else t.new_zeros(()) for t in parts]).tolist()
         bounds = []
         for m, b in zip(maxima, self.bound_exp.tolist(), strict=True):
             e = self._exponent(m) + MARGIN_BITS
@@ -239,6 +241,11 @@ class FixedPointAccumulator:
 def flat_gradients(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """One zeroed buffer whose slices are the parameters' .grad: autograd accumulates into it,
     and the step's arithmetic runs on one tensor instead of one per parameter."""
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+    if len(dtypes) > 1:  # a .grad must have its parameter's dtype: no one flat buffer holds them
+        raise UserError(
+            f"Job.model's trainable parameters must share one dtype, got {', '.join(dtypes)}"
+        )
     flat = torch.zeros(
         sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
     )
