@@ -47,6 +47,7 @@ def training_state(trainer: Any) -> dict:
         "step": trainer.step,
         "samples_seen": trainer.samples_seen,
         "model": trainer.model.state_dict(),
+        "unsaved_buffers": unsaved_buffers(trainer.model),
         "optimizer": trainer.optimizer.state_dict(),
         "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
         "reducer": trainer.reducer.state_dict(),
@@ -59,8 +60,20 @@ def training_state(trainer: Any) -> dict:
     }
 
 
+def unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The buffers a module registered with persistent=False, which its state_dict leaves out.
+    Every step sends them with the others (reduce.py), and a forward pass may change them (a
+    counter): a joiner or a resumed run that rebuilt them afresh computed its micro-batches
+    from other values, and the digest left the uninterrupted run's."""
+    saved = model.state_dict(keep_vars=True)
+    return {name: b for name, b in model.named_buffers() if name not in saved}
+
+
 def load_training_state(trainer: Any, state: dict) -> None:
     trainer.model.load_state_dict(state["model"])
+    buffers = unsaved_buffers(trainer.model)
+    for name, value in (state.get("unsaved_buffers") or {}).items():  # older states: none
+        buffers[name].copy_(value)
     trainer.optimizer.load_state_dict(state["optimizer"])
     if trainer.scheduler and state.get("scheduler") is not None:
         trainer.scheduler.load_state_dict(state["scheduler"])
