@@ -189,6 +189,8 @@ def _start(config: RunConfig, device: torch.device, t0: float) -> Worker:
         on_nonfinite=config.on_nonfinite,
         link=config.link,
     )
+    if config.consistency == "exact":  # reads that escape the seeding: refused (repeatable.py)
+        trainer.check_reads()
     if config.link.local_steps is not None:
         trainer.local = LocalUpdate(trainer, config.link, config.peer_timeout_s)
     fingerprint = outputs.job_fingerprint(

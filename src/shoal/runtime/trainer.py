@@ -51,6 +51,7 @@ from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
 from shoal.runtime.reduce import StepOutcome, StepReducer
+from shoal.runtime.repeatable import check_passes, check_reads
 from shoal.runtime.sites import SiteExchange
 from shoal.runtime.sparse_optim import lazy_step
 
@@ -209,9 +210,12 @@ class Trainer:
         similarity = self.batch.wants_similarity(self.step)
         bounds = self.reducer.state_dict()
         following = self.samples_seen + plan.num_micro_batches * self.job.micro_batch_size
+        losses = {}  # the last pass's, which the next must repeat bit for bit
         try:
             while True:
                 times = self._compute(mine, plan.num_micro_batches, similarity)
+                check_passes(self.step, losses, self.reducer.losses)
+                losses = self.reducer.losses
                 busy_s = self._emulate(len(mine), sum(times), mine, following)
                 if self.reducer.agree_bounds():  # a probe pass: bounds agreed, sum now
                     redone += 1
@@ -237,6 +241,11 @@ class Trainer:
         else:
             factor = self._optimizer_step(batch)
         return self._record(plan, outcome, redone, time.perf_counter() - start, factor, skip)
+
+    def check_reads(self) -> None:
+        """Micro-batch 0 of step 0 must read the same when read again (repeatable.py)."""
+        first, second = (self._micro_batch(0, 0, 0, consume=True)[1] for _ in range(2))
+        check_reads(first, second)
 
     def _cap(self) -> int | None:
         """The most micro-batches the current group can hold per step (None: no cap)."""
