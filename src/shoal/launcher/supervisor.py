@@ -121,6 +121,9 @@ class Controller(Generations):
             **self.gpus.env(wid, self.alive),
         )
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo's own sockets stay on loopback too
+        # one string hash for every worker: a model built by iterating over a set of names is
+        # then built alike everywhere (else each process orders it by a hash seed of its own)
+        env.setdefault("PYTHONHASHSEED", "0")
         log = self.logs / f"{wid}.log"
         with open(log, "w") as f:
             # the configuration is in SHOAL_CONFIG; -P: the working directory is not put on

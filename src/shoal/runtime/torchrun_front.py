@@ -109,6 +109,8 @@ def launch(args: argparse.Namespace) -> int:
     argv = job_argv(args)
     args.module, args.training_script, args.training_script_args = True, "shoal.worker", argv
     os.environ[QUIET_ENV] = "1"  # the workers inherit the agent's environment
+    pinned = "PYTHONHASHSEED" not in os.environ  # one string hash for all (supervisor.py)
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     # its "failed (exitcode: 2) local_rank: 0 ..." line: the failure is told below, once
     logging.getLogger("torch.distributed.elastic.multiprocessing.api").setLevel(logging.CRITICAL)
     try:
@@ -128,4 +130,6 @@ def launch(args: argparse.Namespace) -> int:
         return 128 + exc.sigval
     finally:
         os.environ.pop(QUIET_ENV, None)
+        if pinned:  # (as launcher/supervisor.py pins it for shoal run's workers)
+            os.environ.pop("PYTHONHASHSEED", None)
     return 0

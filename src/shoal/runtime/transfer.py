@@ -6,10 +6,18 @@ broadcasts its state (serialised with torch.save, loaded with weights_only=True)
 member already holds that step (members that completed the same steps are bitwise equal).
 Only if nobody holds any state does the group fall back to a durable checkpoint or spool.
 The planner's measured speeds travel too (from the same member), so the group plans as one.
+
+That members of one step are equal rests on every worker building the same model: the step's
+one message lays out the gradients in parameter order, and a state moves by names. A build
+that differs per process (a model made by iterating over a set, whose order follows the
+process's string hashes, or initialized from the time) would train on silently, so every
+sync first compares the members' parameter and buffer names, dtypes and shapes, in order, and
+a fresh start their initial values too (`_check_same_build`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections.abc import Callable
@@ -17,8 +25,9 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from shoal.errors import UserError
 from shoal.runtime.membership import broadcast_bytes, collective
-from shoal.runtime.state import load_training_state, training_state
+from shoal.runtime.state import load_training_state, state_sha256, training_state
 
 
 def serialize(state: dict) -> bytes:
@@ -52,7 +61,10 @@ def sync_state(
         return [int(v) for v in t]
 
     mine = trainer.step if has_state else -1
-    if agree_max([mine])[0] < 0:  # nobody holds state: the spool or durable checkpoint, if any
+    fresh = agree_max([mine])[0] < 0
+    if world > 1:
+        _check_same_build(trainer, fresh, agree_max)
+    if fresh:  # nobody holds state: the spool or durable checkpoint, if any
         saved = fallback()
         if saved is not None:
             load_training_state(trainer, saved)
@@ -72,6 +84,26 @@ def sync_state(
     if world > 1:
         _agree_speeds(trainer, src_rank, device)
     return source, lost
+
+
+def _check_same_build(trainer, fresh: bool, agree_max: Callable) -> None:
+    """Refuse a group whose members built different models: their layouts (names, dtypes,
+    shapes, in order) and, at a fresh start, their initial states."""
+    model = trainer.model
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    layout = json.dumps([(name, str(t.dtype), tuple(t.shape)) for name, t in tensors])
+    digests = [hashlib.sha256(layout.encode()).hexdigest()]
+    if fresh:
+        digests.append(state_sha256(model, trainer.optimizer))
+    values = [int(d[:15], 16) for d in digests]  # 60 bits: an int64
+    agreed = agree_max(values + [-v for v in values])
+    if agreed[: len(values)] != [-v for v in agreed[len(values) :]]:
+        what = "layouts" if agreed[0] != -agreed[len(values)] else "initial values"
+        raise UserError(
+            f"the workers built Job.model with different {what}: the factory must build the "
+            "same model on every worker (not iterate over a set, whose order differs between "
+            "processes, nor seed from the time or the process)"
+        )
 
 
 def _newest_holder(holds_newest: bool, world: int, device: torch.device) -> int:
