@@ -39,17 +39,27 @@ from shoal.runtime.sites import SiteExchange
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def bit_slots(t: torch.Tensor) -> int:
+    """The int64 values `bits_of(t)` takes: one per element, two for a 16-byte one (complex128,
+    e.g. rotary frequencies computed in float64)."""
+    return t.numel() * (2 if t.element_size() == 16 else 1)
+
+
 def bits_of(t: torch.Tensor) -> torch.Tensor:
     """The raw bits of `t`, widened to int64 (invertible with `from_bits`)."""
     flat = t.detach().reshape(-1)
     if flat.dtype == torch.bool:
         return flat.to(torch.int64)
+    if flat.element_size() == 16:
+        return flat.view(torch.int64)
     return flat.view(_INT_OF_SIZE[flat.element_size()]).to(torch.int64)
 
 
 def from_bits(bits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     if like.dtype == torch.bool:
         return bits.to(torch.bool).view(like.shape)
+    if like.element_size() == 16:  # a copy: a slice's offset may not fall on 16 bytes
+        return bits.clone().view(like.dtype).view(like.shape)
     return bits.to(_INT_OF_SIZE[like.element_size()]).view(like.dtype).view(like.shape)
 
 
@@ -162,7 +172,7 @@ class StepReducer:
         self.fixed = FixedPointAccumulator(self.params) if consistency == "exact" else None
         if self.fixed is None:  # fast: a flat float gradient, summed by autograd then all-reduced
             self.flat_grad = flat_gradients(self.params)
-        self.num_buffer_bits = sum(b.numel() for b in self.buffers)
+        self.num_buffer_bits = sum(bit_slots(b) for b in self.buffers)
         # gradient statistics for adaptive batch sizes: exact mode only (fast mode's autograd
         # sums the micro-batches' gradients before anyone could measure one)
         self.measure = measure and self.fixed is not None
@@ -303,7 +313,7 @@ class StepReducer:
     def _write_buffers(self, bits: torch.Tensor) -> None:
         offset = 0
         for b in self.buffers:
-            n = b.numel()
+            n = bit_slots(b)
             b.copy_(from_bits(bits[offset : offset + n].to(b.device), b))
             offset += n
 
