@@ -122,6 +122,11 @@ def frozen() -> nn.Module:
     return model
 
 
+def synced() -> nn.Module:
+    model = nn.Sequential(nn.Linear(8, 3), nn.BatchNorm1d(3))
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
 @pytest.mark.parametrize(
     "overrides, needles",
     [
@@ -130,6 +135,7 @@ def frozen() -> nn.Module:
         (dict(model=frozen), ("Job.model", "no trainable parameters")),
         (dict(model=lambda: nn.Linear(8, 3).double()), ("Job.model", "float32", "float64")),
         (dict(model=lambda: nn.LazyLinear(3)), ("Job.model", "uninitialized", "LazyLinear")),
+        (dict(model=synced), ("Job.model", "SyncBatchNorm", "use BatchNorm")),
         (dict(optimizer=lambda p: None), ("Job.optimizer", "torch.optim.Optimizer", "NoneType")),
         (dict(optimizer=torch.optim.LBFGS), ("Job.optimizer", "LBFGS", "closure")),
         (dict(optimizer=torch.optim.SparseAdam), ("Job.optimizer", "SparseAdam", "densely")),

@@ -2,12 +2,12 @@
 
 `Job` checks its field values when it is made (job.py); what the factories build can only be
 checked once they run: a model that is not an `nn.Module` (or has lazy, uninitialized
-parameters), an optimizer that is not an `Optimizer` (or whose step() needs a closure, or that
-needs sparse gradients), a scheduler whose step() needs a metric, a loss that is not a
-one-element tensor with a graph. Each is one line naming the Job field (a UserError), not an
-exception from inside shoal. The trainer builds through these, and so does the launcher
-wherever it builds the model before any worker starts (the fingerprint of a resume, the host's
-speed).
+parameters, or SyncBatchNorm layers), an optimizer that is not an `Optimizer` (or whose step()
+needs a closure, or that needs sparse gradients), a scheduler whose step() needs a metric, a
+loss that is not a one-element tensor with a graph. Each is one line naming the Job field (a
+UserError), not an exception from inside shoal. The trainer builds through these, and so does
+the launcher wherever it builds the model before any worker starts (the fingerprint of a
+resume, the host's speed).
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ def built_model(job: Job, device: torch.device | str) -> torch.nn.Module:
         raise UserError(
             "Job.model has uninitialized parameters (a lazy module such as LazyLinear): build "
             "them in the factory, e.g. by running one dummy batch through the model"
+        )
+    if any(isinstance(m, torch.nn.SyncBatchNorm) for m in model.modules()):
+        # its forward all-gathers statistics over the group: alone with one worker, on two a
+        # collective that meets the others' at other micro-batches (or none, on the CPU)
+        raise UserError(
+            "Job.model has SyncBatchNorm layers: shoal computes each micro-batch alone, with "
+            "BatchNorm's statistics of that micro-batch (as DDP's BatchNorm); use BatchNorm"
         )
     return model.to(device).train()
 
