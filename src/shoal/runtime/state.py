@@ -11,6 +11,7 @@ import hashlib
 import json
 from typing import Any
 
+import numpy as np
 import torch
 
 
@@ -21,6 +22,7 @@ def _feed_tensor(h: hashlib._Hash, name: str, t: torch.Tensor) -> None:
 
 
 def _feed_obj(h: hashlib._Hash, name: str, obj: Any) -> None:
+    obj = obj.item() if isinstance(obj, np.generic) else obj  # as the state travels: plain()
     if isinstance(obj, torch.Tensor):
         _feed_tensor(h, name, obj)
     elif isinstance(obj, dict):
@@ -48,8 +50,8 @@ def training_state(trainer: Any) -> dict:
         "samples_seen": trainer.samples_seen,
         "model": trainer.model.state_dict(),
         "unsaved_buffers": unsaved_buffers(trainer.model),
-        "optimizer": trainer.optimizer.state_dict(),
-        "scheduler": trainer.scheduler.state_dict() if trainer.scheduler else None,
+        "optimizer": plain(trainer.optimizer.state_dict()),
+        "scheduler": plain(trainer.scheduler.state_dict()) if trainer.scheduler else None,
         "reducer": trainer.reducer.state_dict(),
         # adaptive batch: the next step's M and the policy's state (JSON-safe values)
         "num_micro_batches": trainer.rebalancer.num_micro_batches,
@@ -58,6 +60,20 @@ def training_state(trainer: Any) -> dict:
         # local-update mode: the reference weights and the outer optimizer (local_update.py)
         "local_update": trainer.local.state_dict() if getattr(trainer, "local", None) else None,
     }
+
+
+def plain(obj: Any) -> Any:
+    """`obj` with numpy scalars as the Python numbers they equal. A rate computed with numpy (a
+    LambdaLR of np.cos) puts np.float64 into the optimizer's and the scheduler's state, which
+    torch.load(weights_only=True) refuses: a join's transfer and every --resume failed. The
+    digest reads them as these numbers too (`_feed_obj`)."""
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if type(obj) in (list, tuple):  # (not a namedtuple: its fields are not an iterable's)
+        return type(obj)(plain(v) for v in obj)
+    return obj
 
 
 def unsaved_buffers(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -1,6 +1,7 @@
 """The training state carries everything the next step reads: a member that loads it (a joiner
 from a peer, a resumed run from a checkpoint) continues bit for bit."""
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,10 +26,11 @@ class Counting(nn.Module):
         return self.linear(x) / self.calls
 
 
-def job() -> shoal.Job:
+def job(**fields) -> shoal.Job:
     x = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
     data = torch.utils.data.TensorDataset(x, torch.arange(32) % 2)
     return shoal.Job(
+        **fields,
         model=Counting,
         optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
         dataset=data,
@@ -57,3 +59,23 @@ def test_a_state_saved_before_it_carried_them_still_loads():
     state = training_state(first)
     del state["unsaved_buffers"]
     load_training_state(Trainer(job()), state)
+
+
+def cosine(optimizer):
+    """A cosine schedule written with numpy: its rates are np.float64, in the optimizer's
+    param groups and the scheduler's state."""
+    rate = lambda s: 0.5 * (1 + np.cos(np.pi * s / 10))  # noqa: E731
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+
+
+def test_numpy_numbers_in_the_state_load_as_weights_only_loads_them():
+    first = Trainer(job(lr_scheduler=cosine))
+    for _ in range(2):
+        first.train_step()
+    assert isinstance(first.optimizer.param_groups[0]["lr"], np.float64)
+    joiner = Trainer(job(lr_scheduler=cosine))
+    load_training_state(joiner, deserialize(serialize(training_state(first))))  # refused before
+    first.train_step(), joiner.train_step()
+    assert state_sha256(joiner.model, joiner.optimizer) == state_sha256(
+        first.model, first.optimizer
+    )
