@@ -3,10 +3,12 @@
 Exact mode makes a micro-batch's samples, random draws and gradient functions of (seed, step,
 micro-batch) by seeding the global generators (torch's, `random`'s, numpy's) before each read
 and each forward pass. Code that draws from a generator of its own (`torch.Generator`, numpy's
-`default_rng`) or keeps state outside the model's parameters and buffers (a Python counter
-on the module) escapes that seeding: its numbers depend on what the process ran before, so on
-the workers, and the digest silently differs between layouts. Both checks here compare two
-computations that must agree and refuse the job in one line if they do not:
+`default_rng`), or a forward pass that changes state other than the model's buffers (which
+the trainer restores before each micro-batch): a Python counter on the module, a frozen
+parameter moved as a running average, escapes that seeding: its numbers depend on what the
+process ran before, so on the workers, and the digest silently differs between layouts. Both
+checks here compare two computations that must agree and refuse the job in one line if they
+do not:
 
 - `check_reads`: micro-batch 0 of step 0 read twice more when a worker starts;
 - `check_passes`: each micro-batch's loss in two passes of one step, which exact mode computes
@@ -50,7 +52,8 @@ def check_passes(step: int, before: dict[int, float], after: dict[int, float]) -
         raise UserError(
             f"Job.loss_fn gave micro-batch {j} of step {step} the loss {first!r}, then {loss!r}, "
             f"from the same state, batch and seeds: the model draws from {OWN_GENERATOR}, or "
-            f"keeps state outside its parameters and buffers (a Python counter), {DEPENDS}"
+            "its forward pass changes state that is not a buffer (a Python attribute, a "
+            f"parameter; buffers are restored before each micro-batch), {DEPENDS}"
         )
 
 

@@ -67,6 +67,18 @@ class Noisy(nn.Linear):
         return super().forward(x + torch.rand(x.shape, generator=self.generator))
 
 
+class Drifting(nn.Linear):
+    """A running mean kept in a frozen parameter (a buffer would be restored per micro-batch)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.center = nn.Parameter(torch.zeros(3), requires_grad=False)
+
+    def forward(self, x):
+        self.center.data.mul_(0.9).add_(0.1 * x.mean(0))
+        return super().forward(x - self.center)
+
+
 def job(dataset=None, model=lambda: nn.Linear(3, 2)) -> shoal.Job:
     def loss(model, batch):
         x, y = (batch["x"].nan_to_num(), batch["y"]) if isinstance(batch, dict) else batch
@@ -95,7 +107,7 @@ def test_a_dataset_with_a_generator_of_its_own_is_refused():
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("model", [Counted, Noisy])
+@pytest.mark.parametrize("model", [Counted, Noisy, Drifting])
 def test_a_forward_pass_that_escapes_the_seeding_is_refused_at_the_first_step(model):
     trainer = Trainer(job(model=lambda: model(3, 2)))
     with pytest.raises(UserError, match="Job.loss_fn .*micro-batch 0 of step 0") as info:
