@@ -90,6 +90,37 @@ def test_ctrl_c_stops_every_worker_at_one_step_boundary(tmp_path):
     interrupt(tmp_path / "run", 300, signal.SIGINT, group=True)
 
 
+def test_a_closed_terminal_stops_at_a_step_boundary_too(tmp_path):
+    """SIGHUP (a terminal closed, an ssh session dropped) reaches the launcher and its workers:
+    it killed them all at once, with no checkpoint and no line, and a resume went back to the
+    last periodic checkpoint (10 minutes by default)."""
+    interrupt(tmp_path / "run", 300, signal.SIGHUP, group=True)
+
+
+def test_a_second_ctrl_c_stops_at_once_and_still_says_how_to_resume(tmp_path):
+    """A second Ctrl-C while the workers wind down stops them at once: it ended the launcher
+    in "shoal: interrupted", exit code 130, with no resume command."""
+    out = tmp_path / "run"
+    proc = start(out, 3000, "--checkpoint-every", "10")
+    wait_for_training(proc, out)
+    while not list((out / "checkpoints").glob("*.json")):  # one to resume from, whatever comes
+        assert proc.poll() is None
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    found = re.fullmatch(
+        r"shoal: run failed: interrupted at step \d+, and again: its workers stopped at once; "
+        r"continue from the checkpoint of step (\d+) with: shoal run .*",
+        last,
+    )
+    assert found and "Traceback" not in err, err[-2000:]
+    assert (out / "checkpoints" / f"ckpt-{int(found.group(1)):09d}.json").exists()
+
+
 def test_a_console_that_goes_away_does_not_stop_the_run(tmp_path):
     """`shoal run ... 2>&1 | head -3`: a broken pipe on stderr stopped the run at its next
     console line (its workers killed, no checkpoint), one on stdout turned a finished run into

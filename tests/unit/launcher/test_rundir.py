@@ -343,7 +343,8 @@ def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
     from shoal.launcher.rundir import wind_down
 
     controller = SimpleNamespace(
-        pending=[], workers={}, steps_done=10, spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
+        pending=[], workers={}, members=[], steps_done=10,
+        spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
         read_progress=lambda: None, reap=lambda: None, admit_and_regroup=lambda: None,
     )  # fmt: skip
     assert "interrupted at step 10" in wind_down(controller, grace_s=0)
