@@ -382,10 +382,13 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str | None:
             w.state = "leaving"
             if code is None:
                 w.proc.send_signal(signal.SIGTERM)
-        elif w.state == "starting" and code is None:  # holds no state: nothing to save
-            w.proc.kill()
-            w.proc.wait()
-            w.state = "gone"  # it never joined: nothing to log
+        elif w.state == "starting":  # holds no state: nothing to save
+            if code is None:
+                w.proc.kill()
+                w.proc.wait()
+            # it never joined: nothing to log (one that a Ctrl-C, which reaches the workers
+            # too, ended while it started was logged as lost: "exited with code -2")
+            w.state = "gone"
     _wait_for_the_group(controller, time.monotonic() + grace_s, again)
     config = controller.spec.config
     if finished_result(pathlib.Path(config.out), RESULT_FILE, config.steps):

@@ -352,6 +352,22 @@ def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
     assert wind_down(controller, grace_s=0) is None
 
 
+def test_an_interrupt_logs_no_worker_that_was_still_starting(tmp_path):
+    """Ctrl-C reaches the workers too: one still starting (building its model) died of it
+    before the launcher stopped it, and was logged as lost ("exited with code -2")."""
+    from shoal.launcher.rundir import wind_down
+
+    died = SimpleNamespace(poll=lambda: -2)  # ended by the Ctrl-C, not yet reaped
+    w1 = SimpleNamespace(state="starting", proc=died, resume_at=None, cause="")
+    controller = SimpleNamespace(
+        pending=[], workers={"w1": w1}, members=[], steps_done=0,
+        spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
+        read_progress=lambda: None, reap=lambda: None, admit_and_regroup=lambda: None,
+    )  # fmt: skip
+    wind_down(controller, grace_s=0)
+    assert w1.state == "gone"  # reap() logs no event for it
+
+
 def test_a_run_without_slow_link_settings_keeps_its_fingerprint(tmp_path):
     """Checkpoints written before the slow-link settings were hashed stay resumable: without
     --compress or --local-steps the fingerprint is the one computed before, --sites (which
