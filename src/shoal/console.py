@@ -1,10 +1,18 @@
 """A one-line console progress bar (loss and samples/s); plain lines when not on a terminal;
-and a count in words for console lines."""
+a count in words for console lines; and the console streams of a command, which outlive their
+reader."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import sys
-from typing import TextIO
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+# the reader of a console stream went away: a pipe closed (`| head`), a terminal hung up
+_READER_GONE = {errno.EPIPE, errno.EIO}
 
 
 def counted(n: int, noun: str) -> str:
@@ -37,3 +45,51 @@ class Progress:
         if self.tty:
             self.stream.write("\n")
             self.stream.flush()
+
+
+class ConsoleStream:
+    """stdout or stderr of a command whose reader may go away: a pipe closed early (`| head`,
+    or a `| tee` ended by the same Ctrl-C) or a terminal hung up. From then on what is written
+    is dropped (the stream's file descriptor points at /dev/null) instead of raising: the
+    error stopped a training run mid-step, before the checkpoint an interrupt writes, and
+    turned a finished one into a traceback and exit code 1. The run's record is its files."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self._guarded(self.stream.write, text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._guarded(self.stream.flush)
+
+    def _guarded(self, call, *args) -> None:
+        try:
+            call(*args)
+        except OSError as exc:
+            if exc.errno not in _READER_GONE:
+                raise
+            # what is still buffered, and every later write, goes nowhere: flushed at exit
+            # it failed again ("Exception ignored ... BrokenPipeError", exit code 120)
+            with contextlib.suppress(OSError, ValueError):  # no descriptor (a test's capture)
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def console_outlives_its_reader() -> Iterator[None]:
+    """sys.stdout and sys.stderr as ConsoleStreams for the duration of a command."""
+    saved = sys.stdout, sys.stderr  # None where the descriptor was closed (`>&-`)
+    sys.stdout, sys.stderr = (ConsoleStream(s) if s is not None else None for s in saved)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()  # while a broken pipe is still dropped, not raised
+        sys.stdout, sys.stderr = saved

@@ -1,5 +1,6 @@
 """Failures end the run or heal it, never hang it, and name their cause (issue 18, part a)."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -106,6 +107,91 @@ def test_stalled_worker_is_declared_lost_and_rejoins(tmp_path):
     # loaded host
     rejoined = [e for e in events if e["event"] == "join" and e["worker"] == "w1"]
     assert rejoined, [(e["event"], e["worker"], e["step"]) for e in events]
+
+
+def start_and_stop_w1(out: pathlib.Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """`shoal run` of two paced v100s (in its own session), and the pid of its worker w1,
+    SIGSTOPped from outside once 4 steps are logged (a frozen VM: no event says so)."""
+    cmd = [sys.executable, "-m", "shoal", "run", DIGITS, "--workers", "2xv100", "--out", str(out),
+           *extra]  # fmt: skip
+    env = {**os.environ, "SHOAL_EMULATED_HOST_S": "0.05"}  # paced: the stop lands mid-run
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    while steps_logged(out) < 4:
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.05)
+    victim = worker_pid(proc.pid, "w1")
+    os.kill(victim, signal.SIGSTOP)
+    return proc, victim
+
+
+@pytest.mark.timeout(90)
+def test_a_run_ends_without_waiting_on_a_worker_declared_lost(tmp_path):
+    """A worker stopped from outside is declared lost and the run finishes without it; the
+    launcher then waited 30 s for it to exit before it killed it."""
+    out = tmp_path / "run"
+    proc, victim = start_and_stop_w1(out, "--steps", "30", "--peer-timeout", "2")
+    try:
+        while not (out / "result.json").exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.05)
+        finished = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=60)
+        assert time.monotonic() - finished < 15, stderr[-2000:]
+    finally:
+        proc.kill()
+        with contextlib.suppress(ProcessLookupError):  # (gone when the launcher ended it)
+            os.kill(victim, signal.SIGCONT)
+    assert proc.returncode == 0 and DIGITS_30 in stdout, stderr[-3000:]
+
+
+@pytest.mark.timeout(90)
+def test_an_interrupt_does_not_wait_out_its_grace_for_a_stopped_worker(tmp_path):
+    """SIGTERM of the launcher while a worker is stopped from outside: its peer times out,
+    leaves alone at a step boundary with the checkpoint, and the run ends with the resume
+    command; the wind-down waited out its whole grace (60 s) for the stopped worker."""
+    out = tmp_path / "run"
+    proc, victim = start_and_stop_w1(out, "--steps", "3000", "--peer-timeout", "3")
+    try:
+        proc.terminate()
+        stopping = time.monotonic()
+        _, stderr = proc.communicate(timeout=80)
+        assert time.monotonic() - stopping < 30, stderr[-2000:]
+    finally:
+        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "continue from the checkpoint of step" in stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.timeout(90)
+def test_an_interrupt_wakes_a_worker_its_event_stalled(tmp_path):
+    """Ctrl-C during an injected stall (`stall 1 60s`): the controller sends the stalled worker
+    its SIGCONT at once, and both leave at one step boundary. It stayed stopped: its peer left
+    alone after its timeout, and the launcher waited out its grace (60 s) for it."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "shoal", "run", DIGITS, "--workers", "2xv100", "--steps",
+           "3000", "--out", str(out), "--events", "step 3: stall 1 60s",
+           "--peer-timeout", "20"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        while not any(r["kind"] == "membership" for r in logged(out)):  # the stall's line
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        stopping = time.monotonic()
+        _, stderr = proc.communicate(timeout=80)
+        assert time.monotonic() - stopping < 15, stderr[-2000:]
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stderr[-3000:]
+    left = [(r["worker"], r["step"]) for r in metrics(out) if r.get("event") == "leave"]
+    assert sorted(w for w, _ in left) == ["w0", "w1"] and len({s for _, s in left}) == 1, left
 
 
 @pytest.mark.timeout(60)

@@ -2,6 +2,8 @@
 exit code 2 where plain torchrun ends with its own traceback and report (exit 1); any other
 failure and a signal are one line too."""
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -9,7 +11,7 @@ import time
 
 import pytest
 
-from shoal_testing import DIGITS, free_port
+from shoal_testing import DIGITS, DIGITS_30, free_port
 
 pytestmark = pytest.mark.dist
 
@@ -107,3 +109,20 @@ def test_sigterm_to_the_front_stops_the_workers_in_one_line(tmp_path):
     assert proc.returncode == 128 + signal.SIGTERM, said[-3000:]
     assert said.splitlines()[-1] == "shoal: stopped by SIGTERM; the agent stopped the workers"
     assert "Traceback" not in said
+
+
+def test_a_console_that_goes_away_does_not_stop_the_workers(tmp_path):
+    """`shoal torchrun ... 2>&1 | head -2`: the workers print to the agent's console, and each
+    failed at its first line ("ready") with a BrokenPipeError, told as an error in the job's
+    code (exit code 2): the run stopped before its first step."""
+    cmd = [sys.executable, "-m", "shoal", "torchrun", "--nproc-per-node", "2"]
+    cmd += ["--master-addr", "127.0.0.1", "--master-port", str(free_port())]
+    cmd += [DIGITS, "--steps", "30", "--out", str(tmp_path / "run")]
+    # without OMP_NUM_THREADS the agent warns before it starts the workers: a first line
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    assert proc.stderr.readline()
+    proc.stderr.close()  # gone before the workers' first line
+    assert proc.wait(timeout=300) == 0
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["state_sha256"] == DIGITS_30

@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import signal
 import sys
 import traceback
 
 from shoal.cli.flags import HelpFormatter
+from shoal.console import console_outlives_its_reader
 from shoal.errors import RunFailed
 
 # a full disk, an exhausted quota, a read-only file system
@@ -53,6 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command of `argv` (None: this process's command line); its exit code."""
+    with console_outlives_its_reader():  # `| head`, a hung-up terminal: see ConsoleStream
+        code = _command(argv)
+        if argv is None:  # the process is the command, and its outcome is told (flushed next)
+            _exit_as_told()
+    return code
+
+
+def _exit_as_told() -> None:
+    """Signals are ignored while the interpreter shuts down: Python resets its handlers to the
+    default first, and torch's teardown takes most of a second after that, so a Ctrl-C just
+    after a run had finished (its "done" line printed) killed the process with SIGINT and the
+    finished run exited as interrupted (130)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -37,8 +37,8 @@ MAX_PEER_TIMEOUT_S = 86_400.0
 class CheckpointConfig:
     """Durable checkpoints: their cadence (by steps and by seconds) and where they go.
 
-    By default one is written every 10 minutes (and on Ctrl-C, SIGTERM and when the last
-    worker leaves), so that losing every worker costs minutes of training, not the run."""
+    By default one is written every 10 minutes (and on Ctrl-C, SIGTERM, SIGHUP and when the
+    last worker leaves), so that losing every worker costs minutes of training, not the run."""
 
     every: int = field(
         default=0,

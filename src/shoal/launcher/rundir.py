@@ -247,7 +247,7 @@ def run_in_directory(config: RunConfig, run: Callable[[], None], job=None) -> di
     built it already (`shoal run`'s check_run did; else the fingerprint builds it)."""
     out = pathlib.Path(config.out)
     check_entries(out, _ENTRIES + (_RESUME_ENTRIES if config.resume else ()))
-    with RunLock(out), _sigterm_interrupts():
+    with RunLock(out), _signals_interrupt():
         if not config.resume:
             set_aside_earlier_results(out)  # check_run refused a directory with checkpoints
             run()
@@ -270,18 +270,28 @@ def run_in_directory(config: RunConfig, run: Callable[[], None], job=None) -> di
         return json.loads((out / RESULT_FILE).read_text())
 
 
+# what stops a run as Ctrl-C does: SIGTERM, and SIGHUP (its terminal closed, its ssh dropped),
+# which killed the launcher and, by their parent-death signal, its workers, with no checkpoint
+_STOPS = (signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
-def _sigterm_interrupts():
-    """SIGTERM of the launcher is handled as Ctrl-C: the workers wind down (see wind_down)."""
+def _signals_interrupt():
+    """SIGTERM and SIGHUP of the launcher are handled as Ctrl-C: the workers wind down (see
+    wind_down, which changes the handlers of SIGINT too). Every handler is put back after."""
     try:
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, *_STOPS)}
+        for sig in _STOPS:
+            signal.signal(sig, signal.default_int_handler)
     except ValueError:  # not the main thread (a library caller): leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, cannot be put back)
+                signal.signal(sig, handler)
 
 
 def checkpoint_dir(config: RunConfig) -> str:
@@ -354,15 +364,16 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str | None:
     and rank 0 writes a durable checkpoint there (runtime/loop.py). A worker still starting holds
     no state: it is killed, unlogged, as it never joined. The controller's loop goes on
     meanwhile, so that a member asked too late to leave with the others re-forms and leaves
-    after one more step, and what is left after `grace_s` is killed. Returns the message for
-    the user, or None when the run had finished (interrupted after its last step)."""
+    after one more step, until the group's members have all ended: what is left after that, or
+    after `grace_s`, or at a second Ctrl-C, is killed. Returns the message for the user, or
+    None when the run had finished (interrupted after its last step)."""
+    again = _second_interrupt_stops()
     controller.pending.clear()  # no more injected events, no more joins
-    try:  # a repeated SIGTERM (e.g. forwarded by `timeout`) must not cut the wind-down short
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    except ValueError:
-        pass
     for w in controller.workers.values():
         code = w.proc.poll()
+        if w.resume_at is not None and code is None:  # stalled by an event: it cannot leave
+            w.resume_at = None
+            w.proc.send_signal(signal.SIGCONT)
         if w.state in ("member", "leaving") and code in (None, 0):
             # a graceful leave, logged as one (a Ctrl-C reaches the workers too: a member may
             # have left already, not yet reaped; one that left after a notice keeps its cause)
@@ -371,23 +382,56 @@ def wind_down(controller, grace_s: float = GRACE_S) -> str | None:
             w.state = "leaving"
             if code is None:
                 w.proc.send_signal(signal.SIGTERM)
-        elif w.state == "starting" and code is None:  # holds no state: nothing to save
-            w.proc.kill()
-            w.proc.wait()
-            w.state = "gone"  # it never joined: nothing to log
-    deadline = time.monotonic() + grace_s
+        elif w.state == "starting":  # holds no state: nothing to save
+            if code is None:
+                w.proc.kill()
+                w.proc.wait()
+            # it never joined: nothing to log (one that a Ctrl-C, which reaches the workers
+            # too, ended while it started was logged as lost: "exited with code -2")
+            w.state = "gone"
+    _wait_for_the_group(controller, time.monotonic() + grace_s, again)
+    config = controller.spec.config
+    if finished_result(pathlib.Path(config.out), RESULT_FILE, config.steps):
+        return None  # interrupted after the last step: the run is done, result.json written
+    how = ", and again: its workers stopped at once" if again else ""
+    return f"interrupted at step {controller.steps_done}{how}; {resume_hint(controller.spec)}"
+
+
+def _second_interrupt_stops() -> list[int]:
+    """While the workers wind down, a repeated SIGTERM or SIGHUP is ignored (`timeout` forwards
+    one, a closed terminal sends more), and a second Ctrl-C, recorded in the list returned,
+    asks to stop at once (its KeyboardInterrupt ended the launcher in "shoal: interrupted",
+    exit code 130, with no resume command and no leave logged)."""
+    again: list[int] = []
+    try:
+        signal.signal(signal.SIGINT, lambda signum, _: again.append(signum))
+        for sig in _STOPS:
+            signal.signal(sig, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
+    return again
+
+
+def _wait_for_the_group(controller, deadline: float, again: list[int]) -> None:
+    """Poll until every worker has ended, or every member of the group has (the last of them
+    checkpointed: a worker still running is outside the group, e.g. stalled past its peers'
+    timeout, and the wind-down waited out its grace for it), or the deadline, or a second
+    Ctrl-C, which kills the workers still running before the message reads the checkpoints."""
+    workers = controller.workers
     try:
         while True:
-            ended = all(w.proc.poll() is not None for w in controller.workers.values())
+            ended = all(w.proc.poll() is not None for w in workers.values())
+            group_over = all(workers[m].proc.poll() is not None for m in controller.members)
             controller.read_progress()
             controller.reap()  # once more after the last exit: its leave is logged too
-            if ended or time.monotonic() >= deadline:
+            if ended or group_over or again or time.monotonic() >= deadline:
                 break
             controller.admit_and_regroup()
             time.sleep(0.05)
     except (RunFailed, UserError):
         pass  # every worker is gone: the interruption's message says what to do
-    config = controller.spec.config
-    if finished_result(pathlib.Path(config.out), RESULT_FILE, config.steps):
-        return None  # interrupted after the last step: the run is done, result.json written
-    return f"interrupted at step {controller.steps_done}; {resume_hint(controller.spec)}"
+    if again:
+        for w in controller.workers.values():
+            if w.proc.poll() is None:
+                w.proc.kill()
+                w.proc.wait()

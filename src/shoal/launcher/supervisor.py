@@ -182,6 +182,10 @@ class Controller(Generations):
             for w in self.workers.values():
                 if w.resume_at is not None and w.proc.poll() is None:  # still stalled: end it
                     w.proc.send_signal(signal.SIGCONT)
+                if w.declared_lost and w.proc.poll() is None:
+                    # silent past its deadline, it holds nothing the run needs: the wait below
+                    # held a finished run 30 s for a worker stopped (SIGSTOP) from outside
+                    w.proc.kill()
                 try:
                     w.proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:

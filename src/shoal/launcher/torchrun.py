@@ -12,6 +12,7 @@ import sys
 
 from shoal.config import EmulationConfig, RunConfig
 from shoal.config.provider import flags_given
+from shoal.console import console_outlives_its_reader
 from shoal.errors import StorageError, UserError
 from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
 from shoal.runtime.checkpoint import (
@@ -80,6 +81,13 @@ def check_before_agent(config: RunConfig, run_id: str | None, job) -> None:
 
 def cli(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # under torchrun the worker's lines go to the agent's console: a `| head` there failed
+    # every worker at its first line, as bad input in the job's code (exit code 2)
+    with console_outlives_its_reader():
+        return _worker(argv)
+
+
+def _worker(argv: list[str]) -> int:
     try:
         config = parse_config(argv)
         if RunConfig.from_env() is None:  # started by torchrun, not by `shoal run`

@@ -37,6 +37,8 @@ from shoal.errors import UserError, cannot_write
 OTHER_JOB = "its job file, -o options, seed, --consistency, slow-link or batch settings differ"
 
 _NAME = re.compile(r"ckpt-(\d+)\.json$")
+# what a writer killed mid-checkpoint leaves: a temporary file, or the .pt before its manifest
+_PARTIAL = re.compile(r"ckpt-(\d+)\.(pt|pt\.tmp|json\.tmp)$")
 
 
 def _fs(url: str) -> tuple[Any, str]:
@@ -105,6 +107,7 @@ def save_checkpoint(url: str, step: int, state: dict, fingerprint: str, keep: in
     _atomic_write(fs, f"{base}.json", json.dumps(manifest).encode())
     try:
         _prune(fs, root, keep)
+        _prune_partial(fs, root, step)
     except OSError as exc:
         raise cannot_write("the checkpoint directory", root, exc) from None  # pruning
     return f"{base}.pt"
@@ -136,6 +139,19 @@ def _prune(fs: Any, root: str, keep: int) -> None:
         for path in (manifest, manifest[: -len(".json")] + ".pt"):
             if fs.exists(path):
                 fs.rm(path)
+
+
+def _prune_partial(fs: Any, root: str, step: int) -> None:
+    """Remove what a writer killed mid-write left (a `ckpt-N.*.tmp`, a `ckpt-N.pt` without its
+    manifest) for any step N before `step`, the checkpoint just written: the one writer writes
+    them in step order, so none of these is still being written. A resume skips them, and
+    they stayed on the disk for good, a checkpoint's size each."""
+    for path in fs.ls(root, detail=False):
+        m = _PARTIAL.search(path)
+        if not m or int(m.group(1)) >= step:
+            continue
+        if m.group(2) != "pt" or not fs.exists(path[: -len(".pt")] + ".json"):
+            fs.rm(path)
 
 
 def _looks_whole(fs: Any, manifest_path: str) -> bool:

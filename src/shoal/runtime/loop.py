@@ -138,7 +138,8 @@ def main(config: RunConfig) -> int:
     device = _device(config.consistency)
     w = _start(config, device, t0)
     w.note("ready")
-    for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C too: leave at a step boundary
+    # Ctrl-C and a closed terminal (SIGHUP, which killed the worker) too: leave at a boundary
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: _on_sigterm(w))
     while w.trainer.step < config.steps:
         group = w.membership.join()

@@ -343,12 +343,29 @@ def test_an_interrupt_after_the_last_step_is_not_a_failure(tmp_path):
     from shoal.launcher.rundir import wind_down
 
     controller = SimpleNamespace(
-        pending=[], workers={}, steps_done=10, spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
+        pending=[], workers={}, members=[], steps_done=10,
+        spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
         read_progress=lambda: None, reap=lambda: None, admit_and_regroup=lambda: None,
     )  # fmt: skip
     assert "interrupted at step 10" in wind_down(controller, grace_s=0)
     (tmp_path / "result.json").write_text(json.dumps({"final_step": 10}))
     assert wind_down(controller, grace_s=0) is None
+
+
+def test_an_interrupt_logs_no_worker_that_was_still_starting(tmp_path):
+    """Ctrl-C reaches the workers too: one still starting (building its model) died of it
+    before the launcher stopped it, and was logged as lost ("exited with code -2")."""
+    from shoal.launcher.rundir import wind_down
+
+    died = SimpleNamespace(poll=lambda: -2)  # ended by the Ctrl-C, not yet reaped
+    w1 = SimpleNamespace(state="starting", proc=died, resume_at=None, cause="")
+    controller = SimpleNamespace(
+        pending=[], workers={"w1": w1}, members=[], steps_done=0,
+        spec=RunSpec(config(tmp_path, steps=10), ["v100"]),
+        read_progress=lambda: None, reap=lambda: None, admit_and_regroup=lambda: None,
+    )  # fmt: skip
+    wind_down(controller, grace_s=0)
+    assert w1.state == "gone"  # reap() logs no event for it
 
 
 def test_a_run_without_slow_link_settings_keeps_its_fingerprint(tmp_path):

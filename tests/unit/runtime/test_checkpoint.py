@@ -30,6 +30,24 @@ def test_keeps_only_the_newest(tmp_path):
     ]
 
 
+def test_what_a_killed_writer_left_goes_with_the_next_checkpoint(tmp_path):
+    """A launcher SIGKILLed mid-checkpoint leaves a .pt.tmp, or a .pt before its manifest; a
+    resume skips them, and they stayed on the disk for good, a checkpoint's size each."""
+    save_checkpoint(str(tmp_path), 2, state(2), FP, keep=0)
+    (tmp_path / "ckpt-000000003.pt.tmp").write_bytes(b"half")
+    (tmp_path / "ckpt-000000004.pt").write_bytes(b"no manifest")
+    (tmp_path / "ckpt-000000004.json.tmp").write_bytes(b"{")
+    (tmp_path / "ckpt-000000009.pt.tmp").write_bytes(b"a later step's: not yet")
+    save_checkpoint(str(tmp_path), 5, state(5), FP, keep=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-000000002.json",
+        "ckpt-000000002.pt",
+        "ckpt-000000005.json",
+        "ckpt-000000005.pt",
+        "ckpt-000000009.pt.tmp",
+    ]
+
+
 def test_a_truncated_checkpoint_does_not_count_toward_keep(tmp_path):
     """A resume skipped the truncated step 20 and loaded 15; the next save keeps 3 whole
     ones (10, 15, 30) and leaves the broken 20 beside them, not deleting the good 10."""
