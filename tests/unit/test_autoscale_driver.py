@@ -2,6 +2,7 @@
 the driver's small pure parts (tiers in --workers, the flags' parsing)."""
 
 import pathlib
+import re
 
 import pytest
 
@@ -107,6 +108,15 @@ def test_impossible_deadline_says_the_fastest_finish(capsys, tmp_path):
     extra = [*PROVIDER, "--autoscale", "--deadline", "1s", "--kinds", "v100,k80"]
     err = run_error(capsys, tmp_path, "k80", *extra, steps=100000)
     assert "impossible" in err and "fastest" in err
+
+
+def test_the_launch_check_weighs_the_mixes_max_servers_allows(capsys, tmp_path):
+    """The deadline is checked on at most --max-servers servers, as the scaler then decides
+    (and the replay checks): the check counted up to 8 whatever the flag, so with one server
+    allowed it named a 5-server mix the run could never hold."""
+    extra = [*PROVIDER, "--autoscale", "--deadline", "1s", "--kinds", "v100,k80"]
+    err = run_error(capsys, tmp_path, "k80", *extra, "--max-servers", "1", steps=100000)
+    assert re.search(r"the fastest feasible finish is \d+ s, on 1 v100:\w+$", err.strip()), err
 
 
 def test_budget_below_one_step(capsys, tmp_path):

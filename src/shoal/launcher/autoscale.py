@@ -309,7 +309,7 @@ class Driver:
         servers must be there to buy."""
         self.book.check_initial(self.spec.kinds, self._tiers())
         if self.scaler:
-            check_goal(self.scaler.goal, self.model.scaler_input(0.0, 0))
+            check_goal(self.scaler.goal, self.model.scaler_input(0.0, 0), self.scaler.max_servers)
 
     def _decide(self, now: float) -> None:
         periodic = now >= self.next_decision_s

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from shoal.cluster.ledger import CostLedger
+from shoal.cluster.ledger import Carried, CostLedger
 from shoal.cluster.revocation import (
     BathtubLifetimes,
     load_bamboo_trace,
@@ -75,9 +75,25 @@ def test_ledger_bills_per_second_and_stops_at_revocation():
     assert ledger.usd_by_account["job-a"] == pytest.approx(0.128 + 0.143)
     with pytest.raises(KeyError):
         ledger.close("spot-0", 4000.0)
+    assert not ledger.is_open("spot-0")
     ledger.open("x", "b", 1.0, 10.0)
+    assert ledger.is_open("x")
     with pytest.raises(ValueError):
         ledger.open("x", "b", 1.0, 10.0)
+    with pytest.raises(ValueError, match="closed before it was opened"):
+        ledger.close("x", 9.0)
+    # a negative price or time is refused on its own; a free server is billed nothing
+    for price, t in [(-0.1, 0.0), (1.0, -1.0)]:
+        with pytest.raises(ValueError, match="must be >= 0"):
+            ledger.open("y", "b", price, t)
+    ledger.open("free", "b", 0.0, 5.0)
+    ledger.open("brief", "b", 3.0, 7.0)
+    assert ledger.close("free", 3605.0) == 0.0 and ledger.close("brief", 7.0) == 0.0
+    # charges computed elsewhere add to their account; the total is every account's
+    ledger.charge("c", 0.5)
+    ledger.charge("c", 0.25)
+    assert ledger.usd_by_account["c"] == 0.75
+    assert ledger.total_usd == pytest.approx(0.128 + 0.143 + 0.75)
 
 
 def _lease(action, server, t_s, usd=None, cause=None, device="k80", tier="spot", price=0.36):
@@ -105,4 +121,17 @@ def test_carry_over_continues_an_earlier_attempts_ledger():
     assert [(x["server"], round(usd, 6)) for x, usd in carried.unclosed] == [
         ("p100-od-1", 2.92), ("k80-spot-2", 0.36)
     ]  # fmt: skip
-    assert carry_over([], []).usd == 0.0 and carry_over([], []).end_s == 0.0
+    # nothing carried is what a fresh run starts from: clock at 0, servers numbered from 0
+    assert carry_over([], []) == Carried() and Carried().end_s == 0.0 == Carried().servers
+    assert carry_over([], []).usd == 0.0
+
+
+def test_carry_over_numbers_after_the_highest_server_and_bills_an_open_lease_from_its_open():
+    from shoal.cluster.ledger import carry_over
+
+    leases = [_lease("open", "k80-spot-7", 100.0), _lease("open", "spare", 0.0, price=3.6)]
+    carried = carry_over(leases, [100.0])
+    assert carried.servers == 8  # after k80-spot-7, not the 2 leases seen
+    # the lease opened at the last time seen costs nothing; the other its 100 s
+    assert [round(usd, 9) for _, usd in carried.unclosed] == [0.0, 0.1]
+    assert carry_over([_lease("open", "a", 0.0), _lease("open", "b", 0.0)], []).servers == 2

@@ -18,6 +18,7 @@ def test_resize_replans_and_keeps_measurements():
     assert reb.state_dict() == history
     with pytest.raises(ValueError):
         reb.resize(0)
+    assert reb.resize(1).counts == (1, 0)  # a batch of one micro-batch: the faster worker's
 
 
 def test_throughput_model_from_priors_is_layout_free():
@@ -32,5 +33,8 @@ def test_throughput_model_from_priors_is_layout_free():
     assert model_a(12) == model_b(12) == pytest.approx(6.0)
     # B = 8: M = 2 -> (2, 0) or (1, 1): makespan 2 s -> 4 samples/s; B = 10 rounds up to M = 3
     assert model_a(8) == pytest.approx(4.0) and model_a(10) == model_a(12)
-    # a per-step overhead of 1 s: B = 12 takes 3 s
-    assert a.throughput_model(4, [1.0, 2.0], step_overhead_s=1.0)(12) == pytest.approx(4.0)
+    # B = 4 and below (one micro-batch, or a partial one): the faster worker's 1 s
+    assert model_a(4) == model_a(1) == pytest.approx(4.0)
+    # a per-step overhead of 1 s: B = 12 takes 3 s, B = 4 (one micro-batch) 2 s
+    with_overhead = a.throughput_model(4, [1.0, 2.0], step_overhead_s=1.0)
+    assert with_overhead(12) == pytest.approx(4.0) and with_overhead(4) == pytest.approx(2.0)

@@ -33,6 +33,14 @@ def test_replans_only_every_replan_every_steps():
     assert reb.after_step(2, [0.01, 0.03]).counts == (6, 2)
 
 
+def test_by_default_one_idle_step_does_not_forget_a_measurement():
+    reb = Rebalancer(4, 1)  # the runtime's window and stale_after
+    reb.regroup(["a", "b"], [1.0, 1.0], [None, None])
+    reb.after_step(0, [None, None])  # warm-up
+    assert reb.after_step(1, [0.01, 1.0]).counts == (4, 0)
+    assert reb.after_step(2, [0.01, None]).counts == (4, 0)
+
+
 def test_an_idle_worker_is_probed_again():
     reb = Rebalancer(4, 1, window=1, stale_after=3)
     reb.regroup(["a", "b"], [1.0, 1.0], [None, None])
@@ -64,6 +72,10 @@ def test_bad_arguments():
         Rebalancer(4, 0)
     with pytest.raises(ValueError):
         Rebalancer(4).regroup(["a"], [1.0, 2.0], [None])
+    reb = _two()
+    reb.after_step(0, [None, None])  # warm-up
+    with pytest.raises(ValueError):  # one time per rank, not silently truncated
+        reb.after_step(1, [0.01])
 
 
 def test_a_newcomer_that_adopts_the_groups_measurements_plans_the_same_split():

@@ -174,6 +174,32 @@ def test_minimise_time_under_a_budget():
     assert mix.finish_s == pytest.approx(1865.0)
 
 
+def test_under_a_budget_the_cheapest_of_the_near_fastest_and_a_near_held_mix_is_kept():
+    """NEAR_BEST under a budget: n spot K80s take 1 + 0.04 / n s a step, so every n finishes
+    within 5 % of the fastest (four: 65 + 3636 s; one: 65 + 3744 s, 2.9 % later) and the
+    cheapest of them, one, is taken, not the fastest; a held pair, as near, is kept."""
+
+    def inp(held):
+        return make_input(
+            [offer("k80", "spot", 4)],
+            held=held,
+            step_time=lambda gpus, batch: 1.0 + 0.04 / sum(gpus.values()),
+            revocations_per_s=lambda kind: 0.0,
+        )
+
+    scaler = Scaler(Goal(budget_usd=2.0), max_servers=4)
+    assert scaler.fastest(inp({})).counts == {("k80", "spot"): 4}
+    one = scaler.decide(inp({}))
+    assert one.counts == {("k80", "spot"): 1}
+    assert one.finish_s == pytest.approx(65 + 3744) and one.cost_usd < 0.3
+    held = {("k80", "spot"): 2}
+    assert scaler.decide(inp(held)).counts == held
+    # a budget only one server fits: the fastest within it, whatever is held
+    assert Scaler(Goal(budget_usd=0.5), max_servers=4).decide(inp(held)).counts == {
+        ("k80", "spot"): 1
+    }
+
+
 def test_budget_below_one_step():
     # the cheapest step: one K80 spot, 1 s at 0.256 USD/h = 7.1e-5 USD
     with pytest.raises(UserError, match="below one step.*7.111e-05 USD, on 1 k80:spot"):
@@ -199,6 +225,11 @@ def test_max_servers_bounds(servers):
         Scaler(Goal(deadline_s=1000), max_servers=servers)
 
 
+def test_max_servers_takes_its_bounds():
+    for servers in (1, 1000):
+        assert Scaler(Goal(deadline_s=1000), max_servers=servers).max_servers == servers
+
+
 @pytest.mark.parametrize(
     "pieces, done, total",
     [(((0, 1),), 0, 10), (((0, 4), (3, 8), (7, 2)), 2, 12), (((0, 4), (3, 8)), 5, 6)],
@@ -220,6 +251,17 @@ def test_goal_needs_exactly_one_positive_target():
     for bad in [{}, {"deadline_s": 1.0, "budget_usd": 1.0}, {"deadline_s": -5.0}]:
         with pytest.raises(UserError):
             Goal(**bad)
+    for bad in [{"deadline_s": 0.0}, {"budget_usd": 0.0}, {"budget_usd": math.inf}]:
+        with pytest.raises(UserError, match="must be a positive number"):
+            Goal(**bad)
+
+
+def test_the_end_line_names_the_goal_a_run_missed():
+    assert Goal(budget_usd=0.5).missed_words(0.6, 10**6) == (", over the budget of $0.5000", "")
+    assert Goal(budget_usd=0.5).missed_words(0.5, 10**6) == ("", "")
+    late = "; ended at 4001 s, past the deadline of 4000 s"
+    assert Goal(deadline_s=4000).missed_words(99.0, 4001.0) == ("", late)
+    assert Goal(deadline_s=4000).missed_words(99.0, 4000.0) == ("", "")
 
 
 def test_deterministic_and_the_local_search_finds_the_exact_answer(monkeypatch):
@@ -228,8 +270,16 @@ def test_deterministic_and_the_local_search_finds_the_exact_answer(monkeypatch):
     scaler = Scaler(Goal(deadline_s=4000), max_servers=6)
     exact = scaler.decide(inp)
     assert exact == scaler.decide(make_input(list(reversed(offers)), steps=20000))
+    # four K80s (5000 steps in 1250 s) meet 1500 s cheapest; adding and removing servers alone
+    # stop at three spot K80s and a V100 (either does worse there): moving one server from a
+    # key to another (the V100 to a K80 on demand) reaches the answer
+    offers2 = [offer("v100", "on_demand", 2), offer("k80", "on_demand", 2), offer("k80", "spot", 3)]
+    inp2 = make_input(offers2, steps=5000)
+    swap = Scaler(Goal(deadline_s=1500), max_servers=6)
+    exact2 = swap.decide(inp2)
+    assert exact2.counts == {("k80", "on_demand"): 1, ("k80", "spot"): 3}
     monkeypatch.setattr(scaler_mod, "EXACT_LIMIT", 0)
-    assert scaler.decide(inp) == exact
+    assert scaler.decide(inp) == exact and swap.decide(inp2) == exact2
     assert sum(exact.counts.values()) > 1 and exact.finish_s <= 4000
 
 
@@ -256,6 +306,8 @@ def test_a_deadline_beyond_a_year_is_refused():
     Goal(deadline_s=365 * 86400.0)
     with pytest.raises(UserError, match="at most 365 days, got 1e\\+12 s"):
         Goal(deadline_s=1e12)
+    with pytest.raises(UserError, match="at most 365 days"):
+        Goal(deadline_s=365 * 86400.0 + 1)
 
 
 def test_boot_left_is_the_last_servers_rest_and_never_negative():

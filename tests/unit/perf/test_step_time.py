@@ -14,6 +14,10 @@ from shoal.perf.step_time import (
 def test_unmeasured_workers_are_scaled_from_their_prior():
     assert estimate_seconds([0.02, None], [1.0, 3.0]) == [0.02, 0.06]
     assert estimate_seconds([None, None], [1.0, 3.0]) == [1.0, 3.0]
+    # the scale is the mean of measured / prior: (0.04 / 2 + 0.03 / 1) / 2 = 0.025
+    assert estimate_seconds([0.04, None, 0.03], [2.0, 3.0, 1.0]) == pytest.approx(
+        [0.04, 0.075, 0.03]
+    )
 
 
 def test_step_time_is_the_makespan_plus_sync():

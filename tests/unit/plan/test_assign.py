@@ -3,7 +3,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shoal.errors import UserError
@@ -54,7 +54,20 @@ def test_heterogeneous_split_and_indices():
     plan = plan_micro_batches(8, [1.0, 3.0])
     assert plan.counts == (6, 2)
     assert list(plan.indices(0)) == list(range(6)) and list(plan.indices(1)) == [6, 7]
-    assert plan.owner(0) == 0 and plan.owner(7) == 1
+    # the owner of every micro-batch is the rank whose range holds it, boundaries included
+    plan = plan_micro_batches(9, [1.0, math.inf, 2.0, 1.0])
+    assert plan.counts == (4, 0, 2, 3)
+    assert [plan.owner(j) for j in range(9)] == [0, 0, 0, 0, 2, 2, 3, 3, 3]
+    assert all(plan.owner(j) == r for r in range(4) for j in plan.indices(r))
+    with pytest.raises(IndexError):
+        plan.owner(9)
+
+
+def test_makespan_is_the_busiest_worker_and_an_empty_plan_takes_no_time():
+    assert makespan([2, 0, 1], [1.0, math.inf, 3.0]) == 3.0  # an idle worker costs nothing
+    assert makespan([0, 0], [1.0, 2.0]) == 0.0
+    with pytest.raises(ValueError):  # one count per worker, not silently truncated
+        makespan([1, 1], [1.0])
 
 
 def test_worker_that_can_take_nothing():
@@ -112,3 +125,53 @@ def test_a_huge_batch_takes_a_few_heap_steps(monkeypatch):
     plan = plan_micro_batches(10**5, [1.0, 2.0, 3.0, 1.5])
     assert plan.counts == (40000, 20000, 13333, 26667) and len(pops) <= 16
     assert sum(plan_micro_batches(10**18, [1.0, 2.0, 3.0, 1.5]).counts) == 10**18
+    # also when the fastest worker is capped, and when every worker is slow or very fast
+    for times, caps in [([1.0, 1000.0], [10, None]), ([50.0, 70.0], None), ([1e-6, 3e-6], None)]:
+        pops.clear()
+        plan = plan_micro_batches(10**5, times, caps)
+        assert len(pops) <= 16, (times, caps)
+        assert plan.counts == one_at_a_time(10**5, times, caps or [None] * 2)
+
+
+def is_the_greedys(counts, m, times, caps):
+    """Whether `counts` holds the m smallest values (n * t_r, r, n), n >= 1, in the greedy's
+    order (value, then rank; past 2^53 a worker's consecutive products can be equal floats),
+    capped: every value handed out comes before every value withheld."""
+    limit = [math.inf if c is None else c for c in caps]
+    pairs = list(enumerate(zip(counts, times, strict=True)))
+    given = [(n * t, r, n) for r, (n, t) in pairs if n]
+    withheld = [((n + 1) * t, r, n + 1) for r, (n, t) in pairs if t < math.inf and n < limit[r]]
+    return (
+        sum(counts) == m
+        and all(n <= cap for n, cap in zip(counts, limit, strict=True))
+        and max(given, default=(0.0, -1, 0)) < min(withheld, default=(math.inf, 0, 0))
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    m=st.one_of(st.integers(0, 10**6), st.integers(10**14, 10**18)),
+    workers=st.lists(
+        st.tuples(
+            st.one_of(st.floats(1e-6, 1e3), st.just(math.inf), st.sampled_from([0.1, 1 / 3, 7.0])),
+            st.one_of(st.none(), st.integers(0, 10**17)),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+# where a count from float division is off and only the products put it right
+@example(m=20_119_787_762_099_020, workers=[(5.5, None), (6.0, None), (29.0, None)])
+@example(
+    m=5_070_231_635_261_365,
+    workers=[(7.0, None), (1.5, None), (151.16135711149727, None), (274.66188758032945, None)],
+)
+def test_any_batch_however_large_is_the_greedys_plan(m, workers):
+    """The module's claim at every size, beyond what the one-at-a-time greedy can check: the
+    plan holds the m smallest values of {n * t_i} in (value, rank) order, on float products,
+    through micro-batch times of nine orders of magnitude (10^18 samples: past 2^53)."""
+    times, caps = [t for t, _ in workers], [c for _, c in workers]
+    if sum(c if c is not None else math.inf for c, t in zip(caps, times) if t < math.inf) < m:
+        return
+    counts = plan_micro_batches(m, times, caps).counts
+    assert is_the_greedys(counts, m, times, caps)
