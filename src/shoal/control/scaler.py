@@ -217,9 +217,11 @@ class Scaler:
         return _search(MixModel(inp, self.max_servers), self.max_servers, _fastest)
 
 
-def check_goal(goal: Goal, inp: ScalerInput, max_servers: int = 8) -> None:
-    """UserError when the goal cannot be met at all: a deadline before the fastest feasible
-    finish (named, with its mix), or a budget that does not pay for one step."""
+def check_goal(goal: Goal, inp: ScalerInput, max_servers: int) -> None:
+    """UserError when the goal cannot be met at all on at most `max_servers` servers (the
+    scaler's limit, passed by each driver: a default here once checked the live run against 8
+    whatever its --max-servers): a deadline before the fastest feasible finish (named, with its
+    mix), or a budget that does not pay for one step."""
     model = MixModel(inp, max_servers)
     if not any(model.caps):
         raise UserError("the provider has no capacity to offer now (every quota is 0)")

@@ -203,8 +203,8 @@ def test_under_a_budget_the_cheapest_of_the_near_fastest_and_a_near_held_mix_is_
 def test_budget_below_one_step():
     # the cheapest step: one K80 spot, 1 s at 0.256 USD/h = 7.1e-5 USD
     with pytest.raises(UserError, match="below one step.*7.111e-05 USD, on 1 k80:spot"):
-        check_goal(Goal(budget_usd=5e-5), make_input(K80_BOTH))
-    check_goal(Goal(budget_usd=1e-4), make_input(K80_BOTH))
+        check_goal(Goal(budget_usd=5e-5), make_input(K80_BOTH), max_servers=8)
+    check_goal(Goal(budget_usd=1e-4), make_input(K80_BOTH), max_servers=8)
 
 
 def test_impossible_deadline_names_the_fastest_finish_and_mix():
