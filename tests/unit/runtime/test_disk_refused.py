@@ -67,8 +67,16 @@ def test_a_checkpoint_the_disk_refuses_keeps_the_earlier_ones(tmp_path, monkeypa
     assert step == 10 and torch.equal(state["w"], torch.ones(3))
 
 
-def test_a_worker_reports_a_refused_write_as_storage(tmp_path, monkeypatch):
-    monkeypatch.setenv("SHOAL_WORKER_ID", "w0")
+# under shoal run the worker's line is a UserError (exit 2) that the launcher, reading the
+# cause file's storage mark, tells as a failed run with the resume command; under torchrun no
+# launcher reads it: the worker's entry tells it as a failed run itself (exit 1)
+@pytest.mark.parametrize("worker_id, raised", [("w0", UserError), (None, StorageError)])
+def test_a_worker_reports_a_refused_write_as_storage(tmp_path, monkeypatch, worker_id, raised):
+    if worker_id:
+        monkeypatch.setenv("SHOAL_WORKER_ID", worker_id)
+    else:
+        monkeypatch.delenv("SHOAL_WORKER_ID", raising=False)
+        monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("SHOAL_CAUSE_DIR", str(tmp_path))
     config = types.SimpleNamespace(out=str(tmp_path))
 
@@ -76,22 +84,9 @@ def test_a_worker_reports_a_refused_write_as_storage(tmp_path, monkeypatch):
     def main(config):
         raise StorageError("cannot write 'x/metrics.jsonl': No space left on device")
 
-    with pytest.raises(UserError, match="^cannot write 'x/metrics.jsonl'"):
+    with pytest.raises(raised) as caught:
         main(config)
+    assert type(caught.value) is raised
+    assert str(caught.value).startswith("cannot write 'x/metrics.jsonl'")
     report = json.loads((tmp_path / f"w0{CAUSE_SUFFIX}").read_text())
     assert report["storage"] is True and report["cause"].startswith("cannot write ")
-
-
-def test_under_torchrun_a_refused_write_stays_a_failed_run(tmp_path, monkeypatch):
-    """No launcher reads the cause file under torchrun: the worker's entry tells it, exit 1."""
-    monkeypatch.delenv("SHOAL_WORKER_ID", raising=False)
-    monkeypatch.setenv("SHOAL_CAUSE_DIR", str(tmp_path))
-    config = types.SimpleNamespace(out=str(tmp_path))
-
-    @job_errors.reports_errors
-    def main(config):
-        raise StorageError("cannot write 'x/metrics.jsonl': No space left on device")
-
-    with pytest.raises(StorageError, match="^cannot write 'x/metrics.jsonl'"):
-        main(config)
-    assert json.loads((tmp_path / f"w0{CAUSE_SUFFIX}").read_text())["storage"] is True
