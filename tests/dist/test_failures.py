@@ -127,6 +127,7 @@ def start_and_stop_w1(out: pathlib.Path, *extra: str) -> tuple[subprocess.Popen,
     return proc, victim
 
 
+@pytest.mark.slow  # 8-14 s: make test stays under its 10 minutes
 @pytest.mark.timeout(90)
 def test_a_run_ends_without_waiting_on_a_worker_declared_lost(tmp_path):
     """A worker stopped from outside is declared lost and the run finishes without it; the
@@ -147,6 +148,7 @@ def test_a_run_ends_without_waiting_on_a_worker_declared_lost(tmp_path):
     assert proc.returncode == 0 and DIGITS_30 in stdout, stderr[-3000:]
 
 
+@pytest.mark.slow  # 8-14 s: make test stays under its 10 minutes
 @pytest.mark.timeout(90)
 def test_an_interrupt_does_not_wait_out_its_grace_for_a_stopped_worker(tmp_path):
     """SIGTERM of the launcher while a worker is stopped from outside: its peer times out,
