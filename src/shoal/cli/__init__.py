@@ -63,6 +63,16 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def outcome_known(args: argparse.Namespace) -> None:
+    """Called by a command once its outcome is settled (a run finished, its result written),
+    before it tells it: from here a Ctrl-C, SIGTERM or SIGHUP cannot change it (as in
+    `_exit_as_told`, which comes later: one landing between the "done" line and it turned the
+    finished run into "shoal: interrupted", exit 130). Only where the process is the command:
+    an in-process caller keeps its handlers."""
+    if getattr(args, "owns_process", False):
+        _exit_as_told()
+
+
 def _exit_as_told() -> None:
     """Signals are ignored while the interpreter shuts down: Python resets its handlers to the
     default first, and torch's teardown takes most of a second after that, so a Ctrl-C just
@@ -74,6 +84,7 @@ def _exit_as_told() -> None:
 
 def _command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    args.owns_process = argv is None
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:

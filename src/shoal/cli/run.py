@@ -77,6 +77,7 @@ def worker_kinds(workers: str, config: RunConfig) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from shoal.cli import outcome_known
     from shoal.launcher.events import parse_events
     from shoal.launcher.spec import RunSpec, run_local
     from shoal.perf.devices import load_devices
@@ -93,6 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         tiers = split_tiers(args.workers)[1]
     spec = RunSpec(config, devices.parse_workers(worker_kinds(args.workers, config)), events, tiers)
     result = run_local(spec, verbose=args.verbose)
+    outcome_known(args)
     # training time (what samples/s is over) and the command's own, start-up included; a run
     # finished earlier reports its own time, not this command's
     total = time.monotonic() - started
