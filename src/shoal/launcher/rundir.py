@@ -298,6 +298,10 @@ def checkpoint_dir(config: RunConfig) -> str:
     return config.checkpoint.dir or str(pathlib.Path(config.out) / "checkpoints")
 
 
+# what a failure says when there is nothing to resume (shoal run and torchrun alike)
+NO_CHECKPOINT = "no checkpoint was written, so it cannot be resumed"
+
+
 def resume_hint(spec: RunSpec) -> str:
     """What a failure message may recommend: to resume only if a checkpoint exists, from which
     step, and the `shoal run` command that does it (whatever started the run: `shoal demo` has
@@ -307,7 +311,7 @@ def resume_hint(spec: RunSpec) -> str:
     config = spec.config
     step = latest_checkpoint_step(checkpoint_dir(config))
     if step is None:
-        return "no checkpoint was written, so it cannot be resumed"
+        return NO_CHECKPOINT
     workers = spec.kinds
     if spec.tiers:  # with --provider
         workers = [f"{k}:{t}" for k, t in zip(spec.kinds, spec.tiers, strict=True)]

@@ -14,7 +14,7 @@ from shoal.config import EmulationConfig, RunConfig
 from shoal.config.provider import flags_given
 from shoal.console import console_outlives_its_reader
 from shoal.errors import StorageError, UserError
-from shoal.launcher.rundir import checkpoint_dir, config_fingerprint
+from shoal.launcher.rundir import NO_CHECKPOINT, checkpoint_dir, config_fingerprint
 from shoal.runtime.checkpoint import (
     check_resumable,
     foreign_checkpoints,
@@ -111,7 +111,7 @@ def torchrun_resume_hint(config: RunConfig) -> str:
     command with --resume, once the disk takes writes, if a checkpoint is there to resume."""
     step = latest_checkpoint_step(checkpoint_dir(config))
     if step is None:
-        return "no checkpoint was written, so it cannot be resumed"
+        return NO_CHECKPOINT
     return (
         f"once the disk takes writes, continue from the checkpoint of step {step} with the "
         "same command and --resume"

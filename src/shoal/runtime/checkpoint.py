@@ -146,11 +146,12 @@ def _prune_partial(fs: Any, root: str, step: int) -> None:
     manifest) for any step N before `step`, the checkpoint just written: the one writer writes
     them in step order, so none of these is still being written. A resume skips them, and
     they stayed on the disk for good, a checkpoint's size each."""
-    for path in fs.ls(root, detail=False):
+    paths = set(fs.ls(root, detail=False))  # one listing: no round trip per file
+    for path in paths:
         m = _PARTIAL.search(path)
         if not m or int(m.group(1)) >= step:
             continue
-        if m.group(2) != "pt" or not fs.exists(path[: -len(".pt")] + ".json"):
+        if m.group(2) != "pt" or path[: -len(".pt")] + ".json" not in paths:
             fs.rm(path)
 
 
