@@ -288,7 +288,8 @@ def test_cli_impossible_goal_names_the_file_and_a_short_number(tmp_path, capsys)
     path = write_scenario(tmp_path, host_s=1e300)
     err = one_line_error(capsys, path)
     assert f"--scenario {path}: deadline 14400 s is impossible" in err
-    assert re.search(r"finish is \d(\.\d+)?e\+30\d s, on ", err) and len(err) < 200
+    assert re.search(r"finish is \d(\.\d+)?e\+30\d s, on ", err)
+    assert len(err) - len(str(path)) < 150  # short however long the temporary folder's name
 
 
 def test_cli_scenario(tmp_path, capsys):
