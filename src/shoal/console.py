@@ -1,6 +1,6 @@
 """A one-line console progress bar (loss and samples/s); plain lines when not on a terminal;
-a count in words for console lines; and the console streams of a command, which outlive their
-reader."""
+a count in words for console lines; the line a finished run ends with; and the console streams
+of a command, which outlive their reader."""
 
 from __future__ import annotations
 
@@ -18,6 +18,17 @@ _READER_GONE = {errno.EPIPE, errno.EIO}
 def counted(n: int, noun: str) -> str:
     """`1 worker`, `3 workers`: a count and its noun, in the number the count takes."""
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def done_line(result: dict, took: str) -> str:
+    """`done: 30 steps in 1.2s (4.0s with start-up), ...`: a finished run's result.json in one
+    line; `took` is the command's own time (or "earlier": a run finished before)."""
+    return (
+        f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s "
+        f"({took}), {result['samples_per_s']:,.0f} samples/s, "
+        f"state_sha256 {result['state_sha256']}"
+        + (f", cost ${result['cost']['usd']:.4f}" if result.get("cost") else "")
+    )
 
 
 class Progress:

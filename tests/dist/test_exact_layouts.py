@@ -50,7 +50,8 @@ def test_a_cap_moves_work_but_not_the_digest(single, tmp_path):
 @pytest.mark.parametrize("front", ["torchrun", "shoal torchrun"])
 def test_torchrun_gives_the_same_digest(single, tmp_path, front):
     """torchrun runs the job file itself, which hands over to shoal through shoal.launch;
-    `shoal torchrun` runs it as `-m shoal.worker JOB.py` under the same agent."""
+    `shoal torchrun` runs it as `-m shoal.worker JOB.py` under the same agent. Both end with
+    the done line `shoal run` prints."""
     launcher = ["torch.distributed.run"] if front == "torchrun" else ["shoal", "torchrun"]
     cmd = [
         sys.executable,
@@ -72,6 +73,10 @@ def test_torchrun_gives_the_same_digest(single, tmp_path, front):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["state_sha256"] == single[1]["state_sha256"]
+    # rank 0 ends with shoal run's done line, once (it printed none before)
+    done = [line for line in proc.stdout.splitlines() if line.startswith("done: ")]
+    assert len(done) == 1 and f"{STEPS} steps in " in done[0], proc.stdout[-2000:]
+    assert done[0].endswith(f"state_sha256 {result['state_sha256']}")
 
 
 def test_fast_mode_runs_and_tracks_exact_mode(single, tmp_path):

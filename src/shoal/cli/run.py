@@ -10,6 +10,7 @@ import time
 from shoal.cli.flags import add_flags, from_args
 from shoal.config import EmulationConfig, LaunchConfig, RunConfig
 from shoal.config.provider import split_tiers
+from shoal.console import done_line
 
 # `shoal run` reads two of the workers' flags its own way: --resume names the run to continue
 # (its directory stands in for --out), so --out is no longer required.
@@ -99,10 +100,5 @@ def _run(args: argparse.Namespace) -> int:
     # finished earlier reports its own time, not this command's
     total = time.monotonic() - started
     took = "earlier" if result.get("earlier") else f"{total:.1f}s with start-up"
-    print(
-        f"done: {result['final_step']} steps in {result['wall_time_s']:.1f}s "
-        f"({took}), {result['samples_per_s']:,.0f} samples/s, "
-        f"state_sha256 {result['state_sha256']}"
-        + (f", cost ${result['cost']['usd']:.4f}" if result.get("cost") else "")
-    )
+    print(done_line(result, took))
     return 0

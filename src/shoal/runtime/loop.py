@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from shoal.config import RunConfig
+from shoal.console import done_line
 from shoal.errors import UserError
 from shoal.job import Job, build_job, load_job_file, parse_options
 from shoal.plan.assign import NotEnoughCapacity
@@ -154,7 +155,7 @@ def main(config: RunConfig) -> int:
     digest = state_sha256(w.trainer.model, w.trainer.optimizer)
     if w.writer is not None:  # rank 0 of the last generation
         path = w.checkpointer.final(w.trainer.step, training_state(w.trainer))
-        outputs.write_result(
+        result = outputs.write_result(
             w.out,
             w.trainer,
             group,
@@ -165,6 +166,8 @@ def main(config: RunConfig) -> int:
             w.fingerprint,
             w.samples_at_start,
         )
+        if RunConfig.from_env() is None:  # torchrun's worker (shoal run's launcher tells it)
+            print(done_line(result, f"{time.time() - w.t0:.1f}s with start-up"), flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return 0

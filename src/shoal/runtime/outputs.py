@@ -260,7 +260,7 @@ class StepLog:
 
 def write_result(
     out, trainer, group, digest, wall_s, consistency, ckpt, fingerprint, samples_at_start
-) -> None:
+) -> dict:
     """result.json, by rank 0 of the last group. `wall_s` and `samples_at_start` cover this
     attempt (the run, or one --resume of it), whichever worker writes it: the time since its
     first group began training (worker start-up excluded) and the samples of the state it
@@ -280,3 +280,4 @@ def write_result(
     data = result.to_json()
     data.setdefault("checkpoint", None)  # written as today: the key is there even without one
     write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)
+    return data
