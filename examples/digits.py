@@ -64,7 +64,13 @@ def loss_fn(model: nn.Module, batch) -> torch.Tensor:
 
 
 def make_job(
-    micro_batch_size=16, global_batch_size=64, lr=0.05, seed=0, workload=None, augment=False
+    micro_batch_size=16,
+    global_batch_size=64,
+    lr=0.05,
+    seed=0,
+    workload=None,
+    augment=False,
+    clip_grad_norm=None,
 ) -> shoal.Job:
     x, y = load_digits()
     images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
@@ -79,6 +85,7 @@ def make_job(
         global_batch_size=global_batch_size,
         seed=seed,
         workload=workload,
+        clip_grad_norm=clip_grad_norm,
     )
 
 

@@ -58,7 +58,13 @@ def loss_fn(model: nn.Module, batch) -> torch.Tensor:
 
 
 def make_job(
-    micro_batch_size=16, global_batch_size=64, lr=1e-3, seed=0, dim=64, workload=None
+    micro_batch_size=16,
+    global_batch_size=64,
+    lr=1e-3,
+    seed=0,
+    dim=64,
+    workload=None,
+    clip_grad_norm=None,
 ) -> shoal.Job:
     return shoal.Job(
         model=lambda: Reverser(dim=dim),
@@ -72,6 +78,7 @@ def make_job(
             opt, lambda step: min(1.0, (step + 1) / 10)
         ),
         workload=workload,
+        clip_grad_norm=clip_grad_norm,
     )
 
 

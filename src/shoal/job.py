@@ -37,6 +37,9 @@ class Job:
     # (bounds as "LOW:HIGH", every, lr_scaling, or the policy's own); --batch-* flags override
     batch_policy: str | None = None
     batch_options: dict[str, Any] = field(default_factory=dict)
+    # the step's gradient scaled to this total L2 norm at most, as torch.nn.utils.
+    # clip_grad_norm_ before optimizer.step() (runtime/clipping.py); None: not clipped
+    clip_grad_norm: float | None = None
 
     def __post_init__(self) -> None:
         # a bad value is refused here, when the launcher makes the job before any worker starts,
@@ -55,6 +58,7 @@ class Job:
         _check_type(self.workload, "Job.workload", (str, type(None)), "a workload name or None")
         _check_type(self.batch_policy, "Job.batch_policy", (str, type(None)), "a name or None")
         _check_type(self.batch_options, "Job.batch_options", dict, "a dict of options")
+        _check_clip(self.clip_grad_norm)
 
     @property
     def num_micro_batches(self) -> int:
@@ -144,6 +148,15 @@ def _same_draws() -> None:
     torch.manual_seed(JOB_CODE_SEED)
     random.seed(JOB_CODE_SEED)
     np.random.seed(JOB_CODE_SEED)
+
+
+def _check_clip(value: Any) -> None:
+    real = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value is not None and not (real and math.isfinite(value) and value > 0):
+        raise UserError(
+            f"Job.clip_grad_norm must be a positive number (the largest gradient norm) or None, "
+            f"got {value!r}"
+        )
 
 
 def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:

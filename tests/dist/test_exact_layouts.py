@@ -79,6 +79,18 @@ def test_torchrun_gives_the_same_digest(single, tmp_path, front):
     assert done[0].endswith(f"state_sha256 {result['state_sha256']}")
 
 
+def test_clipping_is_inside_the_invariant(single, tmp_path):
+    """Job.clip_grad_norm (the digits job's option) scales the exact mean gradient by the same
+    factor on every layout; it clips here (the losses leave the unclipped run's after step 0)."""
+    clipped = [
+        shoal_run(tmp_path / w, w, STEPS, "-o", "clip_grad_norm=0.5") for w in ("v100", "v100,k80")
+    ]
+    assert clipped[0]["state_sha256"] == clipped[1]["state_sha256"] != single[1]["state_sha256"]
+    losses = [r["loss"] for r in metrics(tmp_path / "v100,k80")]
+    unclipped = [r["loss"] for r in metrics(single[0])]
+    assert losses[0] == unclipped[0] and all(a != b for a, b in zip(losses[2:6], unclipped[2:6]))
+
+
 def test_fast_mode_runs_and_tracks_exact_mode(single, tmp_path):
     shoal_run(tmp_path, "2xv100", STEPS, "--consistency", "fast")
     fast = [r["loss"] for r in metrics(tmp_path)]

@@ -74,6 +74,12 @@ class Stream(torch.utils.data.IterableDataset):
         ("micro_batch_size", 4.0, "got 4.0"),
         ("dataset", Stream(), "IterableDataset"),
         ("dataset", iter(range(64)), "map-style"),
+        ("clip_grad_norm", 0, "positive number"),
+        ("clip_grad_norm", -1.0, "got -1.0"),
+        ("clip_grad_norm", float("inf"), "got inf"),
+        ("clip_grad_norm", float("nan"), "got nan"),
+        ("clip_grad_norm", "1.0", "got '1.0'"),
+        ("clip_grad_norm", True, "got True"),
     ],
 )
 def test_a_bad_field_value_is_refused_when_the_job_is_made(name, value, needle):

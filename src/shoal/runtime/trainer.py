@@ -47,6 +47,7 @@ from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.batching import AdaptiveBatch, BatchRecord
 from shoal.runtime.built import built_model, built_optimizer, built_scheduler, scalar_loss
+from shoal.runtime.clipping import clip_grad_norm
 from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
@@ -257,6 +258,8 @@ class Trainer:
         """The optimizer's step at the policy's learning-rate factor for this step's batch;
         the groups' own rates are put back after it, so the scheduler sees only its own."""
         factor = self.batch.lr_factor(batch, self._cap())
+        if self.job.clip_grad_norm is not None:  # the same gradient, so the same scale, everywhere
+            clip_grad_norm(list(self.model.parameters()), self.job.clip_grad_norm)
         if self.lazy is not None:  # --compress: only the entries the merged update touched
             step = lambda: self.lazy.step(self.exchange.touched)  # noqa: E731
         else:
