@@ -86,9 +86,13 @@ def test_clipping_is_inside_the_invariant(single, tmp_path):
         shoal_run(tmp_path / w, w, STEPS, "-o", "clip_grad_norm=0.5") for w in ("v100", "v100,k80")
     ]
     assert clipped[0]["state_sha256"] == clipped[1]["state_sha256"] != single[1]["state_sha256"]
-    losses = [r["loss"] for r in metrics(tmp_path / "v100,k80")]
-    unclipped = [r["loss"] for r in metrics(single[0])]
+    rows = metrics(tmp_path / "v100,k80")
+    losses, unclipped = [r["loss"] for r in rows], [r["loss"] for r in metrics(single[0])]
     assert losses[0] == unclipped[0] and all(a != b for a, b in zip(losses[2:6], unclipped[2:6]))
+    # each step logs its gradient's norm before clipping, the same on both layouts
+    norms = [r["grad_norm"] for r in rows]
+    assert norms == [r["grad_norm"] for r in metrics(tmp_path / "v100")] and norms[0] > 0.5
+    assert "grad_norm" not in metrics(single[0])[0]
 
 
 def test_fast_mode_runs_and_tracks_exact_mode(single, tmp_path):

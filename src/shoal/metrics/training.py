@@ -60,6 +60,7 @@ class StepLine:
     wall_time_s: float | None = None  # since the run (this process of it) started
     redone: int | None = None  # exact-mode recomputations of the step (a bound overflowed)
     skipped: bool | None = None  # true: non-finite, its update skipped (--on-nonfinite skip)
+    grad_norm: float | None = None  # Job.clip_grad_norm set: the gradient's norm before clipping
     generation: int | None = None
     workers: tuple[WorkerShare, ...] = ()
     # adaptive batch (None when not measured): the smoothed gradient noise scale (samples),
@@ -93,6 +94,7 @@ class StepLine:
             wall_time_s=f.float_("wall_time_s", wall=True),
             redone=f.int_("redone"),
             skipped=f.bool_("skipped"),
+            grad_norm=f.float_("grad_norm"),
             generation=f.int_("generation"),
             workers=tuple(
                 WorkerShare.from_json(w, f"{where}: workers[{i}]")

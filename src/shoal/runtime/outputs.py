@@ -227,6 +227,7 @@ class StepLog:
             wall_time_s=time.time() - self.t0,
             redone=rec.redone,
             skipped=rec.skipped or None,
+            grad_norm=rec.grad_norm,
             generation=g.generation,
             workers=tuple(
                 WorkerShare(g.ids[r], r, g.kinds[r], n, t) for r, (n, t) in enumerate(shares)

@@ -31,6 +31,7 @@ apply, so neither the optimizer nor the scheduler steps (`StepOutcome.update`).
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -120,6 +121,7 @@ class StepRecord:
     batch: BatchRecord = BatchRecord()  # noise scale, similarity, LR factor (adaptive batch)
     link: dict | None = None  # --compress: keep_ratio, sent_bytes, exchange_s, link_mbit_s
     skipped: bool = False  # non-finite: no update (--on-nonfinite skip)
+    grad_norm: float | None = None  # Job.clip_grad_norm: the step's gradient norm, unclipped
 
 
 class Trainer:
@@ -137,6 +139,7 @@ class Trainer:
         link: SlowLinkConfig | None = None,
     ):
         self.job, self.device = job, torch.device(device)
+        self._grad_norm: float | None = None  # this step's, when Job.clip_grad_norm clips
         self.pacer = pacer or Pacer()
         seed_everything(micro_batch_seed(job.seed, -1, 0))  # identical initial weights everywhere
         self.model = built_model(job, self.device)
@@ -259,7 +262,8 @@ class Trainer:
         the groups' own rates are put back after it, so the scheduler sees only its own."""
         factor = self.batch.lr_factor(batch, self._cap())
         if self.job.clip_grad_norm is not None:  # the same gradient, so the same scale, everywhere
-            clip_grad_norm(list(self.model.parameters()), self.job.clip_grad_norm)
+            norm = clip_grad_norm(list(self.model.parameters()), self.job.clip_grad_norm)
+            self._grad_norm = norm if math.isfinite(norm) else None  # (metrics are JSON: no NaN)
         if self.lazy is not None:  # --compress: only the entries the merged update touched
             step = lambda: self.lazy.step(self.exchange.touched)  # noqa: E731
         else:
@@ -314,7 +318,9 @@ class Trainer:
             regroup=outcome.regroup,
             link=outcome.link,
             skipped=skipped,
+            grad_norm=self._grad_norm,
         )
+        self._grad_norm = None  # (set by this step's update, if it clipped)
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
         record.batch = BatchRecord() if skipped else self._adapt(plan, outcome, record.loss, factor)
