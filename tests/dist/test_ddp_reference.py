@@ -24,6 +24,7 @@ def run_ddp(tmp_path, world_size, steps=STEPS, slowdowns=None, host_s=None):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow  # 13 s; the yardstick's own check (make test-all runs it)
 def test_losses_agree_with_ddp_and_ddp_is_not_layout_invariant(tmp_path):
     ddp4 = run_ddp(tmp_path, 4)  # M = 4 ranks of b samples each: plain DDP
     ddp2 = run_ddp(tmp_path, 2)  # the same data on 2 ranks, 2 micro-batches each (no_sync)
