@@ -29,7 +29,7 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     squares = torch.stack([torch.dot(g.flatten().double(), g.flatten().double()) for g in grads])
     norm = math.sqrt(math.fsum(squares.tolist()))
     scale = max_norm / (norm + EPSILON)
-    if scale < 1.0:  # (False for a NaN norm: a non-finite step is the skip policy's to handle)
+    if math.isfinite(norm) and scale < 1.0:  # a non-finite step is --on-nonfinite's to handle
         factor = torch.tensor(scale, dtype=torch.float32)  # rounded once, used everywhere
         for g in grads:
             g.mul_(factor.to(g.device))

@@ -38,10 +38,11 @@ def test_a_gradient_within_the_norm_is_left_bit_for_bit():
     assert all(torch.equal(p.grad, g) for p, g in zip(params, grads, strict=True))
 
 
-def test_a_non_finite_gradient_is_not_scaled():
-    params = params_with(torch.tensor([1.0, math.nan]), torch.tensor([100.0]))
-    assert math.isnan(clip_grad_norm(params, 1.0))
-    assert params[1].grad.item() == 100.0
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_gradient_is_not_scaled(bad):
+    params = params_with(torch.tensor([1.0, bad]), torch.tensor([100.0]))
+    norm = clip_grad_norm(params, 1.0)
+    assert not math.isfinite(norm) and params[1].grad.item() == 100.0  # (inf: not zeroed)
 
 
 def test_parameters_without_a_gradient_are_skipped():
