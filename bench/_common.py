@@ -94,12 +94,43 @@ def check_runs(p: argparse.ArgumentParser, args) -> None:
         )
 
 
+def add_step_flags(p: argparse.ArgumentParser, configs: dict, repeats: int) -> None:
+    """The step-time benches' flags: steps, warm-up, repeats, one of `configs`' jobs, b, B."""
+    p.add_argument("--steps", type=int, default=40, help="steps per run")
+    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
+    p.add_argument("--repeats", type=int, default=repeats, help="runs of each side")
+    p.add_argument("--job", choices=sorted(configs), help="one job (None: each)")
+    p.add_argument("--micro-batch-size", type=int, help="b (None: the job's setting here)")
+    p.add_argument("--global-batch-size", type=int, help="B (None: the job's setting here)")
+
+
+def job_options(p: argparse.ArgumentParser, args, configs: dict, world: int) -> dict[str, dict]:
+    """Each job the flags name (`--job`, or every one of `configs`) with its options: the
+    config's b and B unless --micro-batch-size / --global-batch-size say otherwise, checked
+    for `world` ranks (see `check_batches`)."""
+    jobs = {}
+    for name, defaults in configs.items():
+        if args.job not in (None, name):
+            continue
+        options = dict(defaults)
+        if args.micro_batch_size is not None:
+            options["micro_batch_size"] = args.micro_batch_size
+        if args.global_batch_size is not None:
+            options["global_batch_size"] = args.global_batch_size
+        check_batches(p, options["micro_batch_size"], options["global_batch_size"], world)
+        jobs[name] = options
+    return jobs
+
+
 def check_batches(p: argparse.ArgumentParser, b: int, B: int, world: int = 2) -> None:
     """A micro-batch size b and global batch size B that DDP's equal split over `world`
-    ranks can run: B a multiple of b, and its M = B / b micro-batches a multiple of `world`."""
+    ranks can run: B a multiple of b, and its M = B / b micro-batches a multiple of `world`
+    (one rank: B a multiple of b)."""
     for flag, value in (("--micro-batch-size", b), ("--global-batch-size", B)):
         if value < 1:
             p.error(f"{flag} must be at least 1, not {value}")
+    if world == 1 and B % b:
+        p.error(f"--global-batch-size {B} must be a multiple of --micro-batch-size {b}")
     if B % (b * world):
         p.error(
             f"--global-batch-size {B} must be a multiple of {world} x --micro-batch-size {b}: "

@@ -23,7 +23,17 @@ import sys
 import time
 
 import torch
-from _common import JOBS, as_options, check_runs, per_repeat, rotation, shoal_step_times, steady
+from _common import (
+    JOBS,
+    add_step_flags,
+    as_options,
+    check_runs,
+    job_options,
+    per_repeat,
+    rotation,
+    shoal_step_times,
+    steady,
+)
 
 CONFIGS = {
     "conv": {"micro_batch_size": 32, "global_batch_size": 256},
@@ -82,26 +92,17 @@ def main() -> None:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--steps", type=int, default=40, help="steps per run")
-    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
-    p.add_argument("--repeats", type=int, default=2, help="runs of each side")
-    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")
-    p.add_argument("--micro-batch-size", type=int, help="b (None: the job's setting here)")
-    p.add_argument("--global-batch-size", type=int, help="B (None: the job's setting here)")
+    add_step_flags(p, CONFIGS, repeats=2)
     p.add_argument("--plain", help=argparse.SUPPRESS)  # internal: one plain-loop run
     args = p.parse_args()
     if args.plain:
         print(json.dumps(plain_loop(*json.loads(args.plain))))
         return
     check_runs(p, args)
+    jobs = job_options(p, args, CONFIGS, world=1)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU: torch sees none")
-    for name in [args.job] if args.job else sorted(CONFIGS):
-        options = dict(CONFIGS[name])
-        if args.micro_batch_size:
-            options["micro_batch_size"] = args.micro_batch_size
-        if args.global_batch_size:
-            options["global_batch_size"] = args.global_batch_size
+    for name, options in jobs.items():
         medians = {side: [] for side in SIDES}
         for repeat in range(args.repeats):
             for side in rotation(SIDES, repeat):

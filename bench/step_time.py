@@ -15,10 +15,11 @@ import statistics
 
 from _common import (
     JOBS,
+    add_step_flags,
     as_options,
-    check_batches,
     check_runs,
     ddp_step_times,
+    job_options,
     machine,
     per_repeat,
     rotation,
@@ -37,25 +38,10 @@ def main() -> None:
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--steps", type=int, default=40, help="steps per run")
-    p.add_argument("--warmup", type=int, default=5, help="first steps left out of the median")
-    p.add_argument("--repeats", type=int, default=3, help="runs of each side")
-    p.add_argument("--job", choices=sorted(CONFIGS), help="one job (None: both)")
-    p.add_argument("--micro-batch-size", type=int, help="b (None: the job's own)")
-    p.add_argument("--global-batch-size", type=int, help="B (None: the job's own)")
+    add_step_flags(p, CONFIGS, repeats=3)
     args = p.parse_args()
     check_runs(p, args)
-    jobs = {}
-    for name, defaults in CONFIGS.items():
-        if args.job not in (None, name):
-            continue
-        options = dict(defaults)
-        if args.micro_batch_size is not None:
-            options["micro_batch_size"] = args.micro_batch_size
-        if args.global_batch_size is not None:
-            options["global_batch_size"] = args.global_batch_size
-        check_batches(p, options["micro_batch_size"], options["global_batch_size"])
-        jobs[name] = options
+    jobs = job_options(p, args, CONFIGS, world=2)
     for name, options in jobs.items():
         job = str(JOBS[name])
         runs = {"exact": [], "fast": [], "ddp": []}
