@@ -156,7 +156,7 @@ def test_help_prints_usage_and_runs_nothing(script):
         (["bench/step_time.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
         (["bench/step_time.py", "--micro-batch-size", "0"], "--micro-batch-size must be at least"),
         (["bench/step_time.py", "--micro-batch-size", "48"], "--global-batch-size 256 must be"),
-        (["bench/gpu_step_time.py", "--global-batch-size", "100"], "must be a multiple of --m"),
+        (["bench/gpu_step_time.py", "--global-batch-size", "100"], "--global-batch-size 100 must"),
         (["bench/gpu_step_time.py", "--job", "conv"], "needs a CUDA GPU: torch sees none"),
         (["bench/hetero_throughput.py", "--repeats", "0"], "--repeats must be at least 1, not 0"),
         (["bench/hetero_throughput.py", "--micro-batch-size", "48"], "--global-batch-size 256"),
