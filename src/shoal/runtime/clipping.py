@@ -26,11 +26,11 @@ def clip_grad_norm(params: list[torch.nn.Parameter], max_norm: float) -> float:
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return 0.0
-    squares = torch.stack([torch.dot(g.flatten().double(), g.flatten().double()) for g in grads])
-    norm = math.sqrt(math.fsum(squares.tolist()))
+    wide = [g.flatten().double() for g in grads]
+    norm = math.sqrt(math.fsum(torch.stack([torch.dot(w, w) for w in wide]).tolist()))
     scale = max_norm / (norm + EPSILON)
     if math.isfinite(norm) and scale < 1.0:  # a non-finite step is --on-nonfinite's to handle
-        factor = torch.tensor(scale, dtype=torch.float32)  # rounded once, used everywhere
+        factor = float(torch.tensor(scale, dtype=torch.float32))  # rounded once, used everywhere
         for g in grads:
-            g.mul_(factor.to(g.device))
+            g.mul_(factor)  # (a float32 value: the product rounds once, in any precision)
     return norm

@@ -53,7 +53,7 @@ class FixedPointAccumulator:
         # the parameters are those of the job's model: the user's to change
         if not params:
             raise UserError("Job.model has no trainable parameters (none with requires_grad)")
-        others = sorted({str(p.dtype).removeprefix("torch.") for p in params} - {"float32"})
+        others = [name for name in dtype_names(params) if name != "float32"]
         if others:  # the grid's scaling is exact in float32 only (see the module docstring)
             raise UserError(
                 f"Job.model's parameters must be float32 under --consistency exact, "
@@ -238,10 +238,15 @@ class FixedPointAccumulator:
         self._grid_for = key
 
 
+def dtype_names(params: list[torch.nn.Parameter]) -> list[str]:
+    """The parameters' dtypes by name ("float32"), each once, sorted."""
+    return sorted({str(p.dtype).removeprefix("torch.") for p in params})
+
+
 def flat_gradients(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """One zeroed buffer whose slices are the parameters' .grad: autograd accumulates into it,
     and the step's arithmetic runs on one tensor instead of one per parameter."""
-    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in params})
+    dtypes = dtype_names(params)
     if len(dtypes) > 1:  # a .grad must have its parameter's dtype: no one flat buffer holds them
         raise UserError(
             f"Job.model's trainable parameters must share one dtype, got {', '.join(dtypes)}"

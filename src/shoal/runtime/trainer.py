@@ -139,7 +139,6 @@ class Trainer:
         link: SlowLinkConfig | None = None,
     ):
         self.job, self.device = job, torch.device(device)
-        self._grad_norm: float | None = None  # this step's, when Job.clip_grad_norm clips
         self.pacer = pacer or Pacer()
         seed_everything(micro_batch_seed(job.seed, -1, 0))  # identical initial weights everywhere
         self.model = built_model(job, self.device)
@@ -241,10 +240,11 @@ class Trainer:
         if skip:  # as AMP's scaler: no update, and the bounds as they were at the step's start
             self.reducer.load_state_dict(bounds)
         if skip or not outcome.update:  # (--pipeline's first step: nothing to apply yet)
-            factor = self.batch.lr_factor(batch, self._cap())
+            factor, norm = self.batch.lr_factor(batch, self._cap()), None
         else:
-            factor = self._optimizer_step(batch)
-        return self._record(plan, outcome, redone, time.perf_counter() - start, factor, skip)
+            factor, norm = self._optimizer_step(batch)
+        step_s = time.perf_counter() - start
+        return self._record(plan, outcome, redone, step_s, factor, skip, norm)
 
     def check_reads(self) -> None:
         """Micro-batch 0 of step 0 must read the same when read again (repeatable.py)."""
@@ -257,13 +257,15 @@ class Trainer:
             return None
         return self.max_micro_batches * self.world_size
 
-    def _optimizer_step(self, batch: int) -> float:
+    def _optimizer_step(self, batch: int) -> tuple[float, float | None]:
         """The optimizer's step at the policy's learning-rate factor for this step's batch;
-        the groups' own rates are put back after it, so the scheduler sees only its own."""
-        factor = self.batch.lr_factor(batch, self._cap())
+        the groups' own rates are put back after it, so the scheduler sees only its own.
+        Returns the factor and, with Job.clip_grad_norm, the gradient's norm before clipping
+        (None if not finite: the metrics are JSON)."""
+        factor, norm = self.batch.lr_factor(batch, self._cap()), None
         if self.job.clip_grad_norm is not None:  # the same gradient, so the same scale, everywhere
-            norm = clip_grad_norm(list(self.model.parameters()), self.job.clip_grad_norm)
-            self._grad_norm = norm if math.isfinite(norm) else None  # (metrics are JSON: no NaN)
+            norm = clip_grad_norm(self.reducer.params, self.job.clip_grad_norm)
+            norm = norm if math.isfinite(norm) else None
         if self.lazy is not None:  # --compress: only the entries the merged update touched
             step = lambda: self.lazy.step(self.exchange.touched)  # noqa: E731
         else:
@@ -281,7 +283,7 @@ class Trainer:
                     group["lr"] = lr
         if self.scheduler:
             self.scheduler.step()
-        return factor
+        return factor, norm
 
     def _emulate(self, n: int, compute_s: float, mine: range, following: int) -> float:
         """An emulated slower kind reads ahead inside its device time, then waits out the
@@ -305,6 +307,7 @@ class Trainer:
         step_s: float,
         factor: float,
         skipped: bool = False,
+        grad_norm: float | None = None,
     ) -> StepRecord:
         record = StepRecord(
             step=self.step,
@@ -318,9 +321,8 @@ class Trainer:
             regroup=outcome.regroup,
             link=outcome.link,
             skipped=skipped,
-            grad_norm=self._grad_norm,
+            grad_norm=grad_norm,
         )
-        self._grad_norm = None  # (set by this step's update, if it clipped)
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
         record.batch = BatchRecord() if skipped else self._adapt(plan, outcome, record.loss, factor)
