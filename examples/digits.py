@@ -71,6 +71,8 @@ def make_job(
     workload=None,
     augment=False,
     clip_grad_norm=None,
+    autocast=None,
+    loss_scale=None,
 ) -> shoal.Job:
     x, y = load_digits()
     images = torch.tensor(x, dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
@@ -86,6 +88,8 @@ def make_job(
         seed=seed,
         workload=workload,
         clip_grad_norm=clip_grad_norm,
+        autocast=autocast,
+        loss_scale=loss_scale,
     )
 
 

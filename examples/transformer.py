@@ -65,6 +65,8 @@ def make_job(
     dim=64,
     workload=None,
     clip_grad_norm=None,
+    autocast=None,
+    loss_scale=None,
 ) -> shoal.Job:
     return shoal.Job(
         model=lambda: Reverser(dim=dim),
@@ -79,6 +81,8 @@ def make_job(
         ),
         workload=workload,
         clip_grad_norm=clip_grad_norm,
+        autocast=autocast,
+        loss_scale=loss_scale,
     )
 
 

@@ -40,6 +40,13 @@ class Job:
     # the step's gradient scaled to this total L2 norm at most, as torch.nn.utils.
     # clip_grad_norm_ before optimizer.step() (runtime/clipping.py); None: not clipped
     clip_grad_norm: float | None = None
+    # mixed precision (runtime/precision.py): the loss function runs under torch.autocast with
+    # this dtype, "float16" or "bfloat16" (parameters and gradients stay float32); None: off
+    autocast: str | None = None
+    # the loss scale, as torch.amp.GradScaler keeps one: "dynamic" (GradScaler's defaults), a
+    # dict of GradScaler's init_scale, growth_factor, backoff_factor and growth_interval, or a
+    # number (a fixed scale); None: not scaled
+    loss_scale: float | str | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # a bad value is refused here, when the launcher makes the job before any worker starts,
@@ -59,6 +66,11 @@ class Job:
         _check_type(self.batch_policy, "Job.batch_policy", (str, type(None)), "a name or None")
         _check_type(self.batch_options, "Job.batch_options", dict, "a dict of options")
         _check_clip(self.clip_grad_norm)
+        if self.autocast not in AUTOCAST_DTYPES:
+            raise UserError(
+                f"Job.autocast must be 'float16', 'bfloat16' or None, got {_shown(self.autocast)}"
+            )
+        loss_scale_settings(self.loss_scale)
 
     @property
     def num_micro_batches(self) -> int:
@@ -151,12 +163,82 @@ def _same_draws() -> None:
 
 
 def _check_clip(value: Any) -> None:
-    real = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if value is not None and not (real and math.isfinite(value) and value > 0):
+    if value is not None and not (_is_real(value) and math.isfinite(value) and value > 0):
         raise UserError(
             f"Job.clip_grad_norm must be a positive number (the largest gradient norm) or None, "
             f"got {value!r}"
         )
+
+
+AUTOCAST_DTYPES = (None, "float16", "bfloat16")
+FLOAT32_LIMIT = 2.0**128  # the scale is a float32, as GradScaler's
+# torch.amp.GradScaler's defaults: Job.loss_scale = "dynamic", or a dict that changes some
+GRAD_SCALER = {
+    "init_scale": 2.0**16,
+    "growth_factor": 2.0,
+    "backoff_factor": 0.5,
+    "growth_interval": 2000,
+}
+
+
+def loss_scale_settings(value: Any) -> dict[str, Any] | None:
+    """Job.loss_scale checked and spelled out: None (not scaled), or GradScaler's four settings
+    and `dynamic` (False for a fixed scale, which is then `init_scale`)."""
+    if value is None:
+        return None
+    if _is_real(value):
+        _check_between("Job.loss_scale", value, 0, FLOAT32_LIMIT)
+        return {**GRAD_SCALER, "init_scale": float(value), "dynamic": False}
+    if isinstance(value, str) and value == "dynamic":
+        return {**GRAD_SCALER, "dynamic": True}
+    if not isinstance(value, dict):
+        raise UserError(
+            f"Job.loss_scale must be 'dynamic', a dict of GradScaler's settings, a positive "
+            f"number or None, got {_shown(value)}"
+        )
+    unknown = sorted(str(k) for k in value if k not in GRAD_SCALER)
+    if unknown:
+        raise UserError(
+            f"Job.loss_scale has unknown setting(s) {', '.join(unknown)} "
+            f"(known: {', '.join(GRAD_SCALER)})"
+        )
+    settings = {**GRAD_SCALER, **value}
+    for key, low, high in (
+        ("init_scale", 0, FLOAT32_LIMIT),
+        ("growth_factor", 1, FLOAT32_LIMIT),
+        ("backoff_factor", 0, 1),
+    ):
+        _check_between(f"Job.loss_scale[{key!r}]", settings[key], low, high)
+        settings[key] = float(settings[key])
+    interval = settings["growth_interval"]
+    if not _is_int(interval) or interval < 1:
+        raise UserError(
+            f"Job.loss_scale['growth_interval'] must be a positive integer, got {_shown(interval)}"
+        )
+    return {**settings, "dynamic": True}
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_between(name: str, value: Any, low: float, high: float) -> None:
+    """A real number strictly between `low` and `high` (NaN is not; a float32 scale stays
+    below 2**128, and an integer past a float's range is out of range, not an overflow)."""
+    if not (_is_real(value) and low < value < high):
+        shown = "2**128 (a float32)" if high == FLOAT32_LIMIT else high
+        raise UserError(
+            f"{name} must be a number above {low} and below {shown}, got {_shown(value)}"
+        )
+
+
+def _shown(value: Any) -> str:
+    """`value` for a one-line message: an integer too long to print by its size, anything
+    else's repr cut at 60 characters."""
+    if _is_int(value) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
 
 
 def load_job_file(path: str | pathlib.Path) -> Callable[..., Job]:

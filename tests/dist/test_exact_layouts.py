@@ -95,6 +95,39 @@ def test_clipping_is_inside_the_invariant(single, tmp_path):
     assert "grad_norm" not in metrics(single[0])[0]
 
 
+HALF = ("-o", "autocast=float16", "-o", "loss_scale={'init_scale': 1e6, 'growth_interval': 3}")
+
+
+def test_float16_and_its_dynamic_loss_scale_are_inside_the_invariant(single, tmp_path):
+    """Under float16 autocast the loss scale starts too high (float16's backward overflows),
+    backs off on the skipped steps and grows again every 3 finite ones: the same steps are
+    skipped at the same scales, to the same digest, on one worker, on two, and on two that
+    lose one and gain another, which must get the scale with the state: at the initial scale
+    its micro-batches would overflow."""
+    steps, events = 40, "step 2: add k80; step 30: kill 1"
+    paced = {"SHOAL_EMULATED_HOST_S": "0.02"}  # the joiner starts before the run ends
+    runs = {
+        "v100": shoal_run(tmp_path / "v100", "v100", steps, *HALF),
+        "v100,k80": shoal_run(tmp_path / "v100,k80", "v100,k80", steps, *HALF),
+        "churn": shoal_run(
+            tmp_path / "churn", "v100,k80", steps, *HALF, "--events", events, env=paced
+        ),
+    }
+    assert len({r["state_sha256"] for r in runs.values()}) == 1
+    lines = {w: metrics(tmp_path / w) for w in runs}
+    assert any(r.get("event") == "join" for r in lines["churn"])
+    steps_seen = [
+        [(r["loss"], r["loss_scale"], r.get("skipped", False)) for r in rows if r["kind"] == "step"]
+        for rows in lines.values()
+    ]
+    assert steps_seen[0] == steps_seen[1] == steps_seen[2]
+    scales, skipped = [s for _, s, _ in steps_seen[0]], [k for _, _, k in steps_seen[0]]
+    assert skipped[0] and not all(skipped[-10:])
+    assert skipped.count(True) == runs["v100"]["loss_scale_backoffs"]
+    assert any(b > a for a, b in zip(scales, scales[1:]))  # it grew after backing off
+    assert steps_seen[0][0][0] != metrics(single[0])[0]["loss"]  # float16 computed step 0
+
+
 def test_fast_mode_runs_and_tracks_exact_mode(single, tmp_path):
     shoal_run(tmp_path, "2xv100", STEPS, "--consistency", "fast")
     fast = [r["loss"] for r in metrics(tmp_path)]

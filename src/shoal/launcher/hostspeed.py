@@ -21,6 +21,7 @@ def estimate_host_s(job, config) -> float:
 
     from shoal.plan import micro_batch_seed
     from shoal.runtime.built import built_model
+    from shoal.runtime.precision import forward_backward
     from shoal.runtime.trainer import seed_everything
 
     seed_everything(micro_batch_seed(job.seed, -1, 0))  # as a worker (any seed in Job's range)
@@ -35,7 +36,7 @@ def estimate_host_s(job, config) -> float:
     try:
         for _ in range(4):
             start = time.perf_counter()
-            job.loss_fn(model, batch).backward()
+            forward_backward(job, model, batch, torch.device("cpu"))
             times.append(time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)

@@ -222,7 +222,8 @@ class Controller(Generations):
                 self.driver.observe(rec)
             if isinstance(rec, MembershipEvent):
                 self.say(describe(rec))
-            if isinstance(rec, StepLine) and rec.skipped:
+            # (a loss scale's overflow skips are its way of working, silent as GradScaler's)
+            if isinstance(rec, StepLine) and rec.skipped and rec.loss_scale is None:
                 self.say(f"step {rec.step}: non-finite loss or gradient, its update skipped")
             if isinstance(rec, StepLine) and rec.step + 1 > self.steps_done:
                 self.steps_done = rec.step + 1

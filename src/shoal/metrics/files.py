@@ -41,6 +41,9 @@ class RunResult:
     checkpoint: str | None = None
     fingerprint: str | None = None
     nonfinite_skipped: int | None = None  # steps dropped by --on-nonfinite skip
+    # Job.loss_scale set: the scale the next step would use, and how often it backed off
+    loss_scale: float | None = None
+    loss_scale_backoffs: int | None = None
     # bought from a provider: {"usd", "by_kind", "by_tier", "revocations"}
     cost: dict[str, Any] | None = None
 
@@ -64,6 +67,8 @@ class RunResult:
             checkpoint=f.str_("checkpoint"),
             fingerprint=f.str_("fingerprint"),
             nonfinite_skipped=f.int_("nonfinite_skipped"),
+            loss_scale=f.float_("loss_scale"),
+            loss_scale_backoffs=f.int_("loss_scale_backoffs"),
             cost=_cost_block(f),
         )
 

@@ -59,8 +59,9 @@ class StepLine:
     samples_per_s: float | None = None
     wall_time_s: float | None = None  # since the run (this process of it) started
     redone: int | None = None  # exact-mode recomputations of the step (a bound overflowed)
-    skipped: bool | None = None  # true: non-finite, its update skipped (--on-nonfinite skip)
+    skipped: bool | None = None  # true: its update skipped (--on-nonfinite skip, a loss scale)
     grad_norm: float | None = None  # Job.clip_grad_norm set: the gradient's norm before clipping
+    loss_scale: float | None = None  # Job.loss_scale set: the scale of the step's losses
     generation: int | None = None
     workers: tuple[WorkerShare, ...] = ()
     # adaptive batch (None when not measured): the smoothed gradient noise scale (samples),
@@ -95,6 +96,7 @@ class StepLine:
             redone=f.int_("redone"),
             skipped=f.bool_("skipped"),
             grad_norm=f.float_("grad_norm"),
+            loss_scale=f.float_("loss_scale"),
             generation=f.int_("generation"),
             workers=tuple(
                 WorkerShare.from_json(w, f"{where}: workers[{i}]")

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from shoal.errors import UserError
 from shoal.plan import micro_batch_seed
 from shoal.runtime.membership import collective
+from shoal.runtime.precision import forward_backward
 
 POLICIES = ("stop", "skip")
 # an exact step computed this many times over without a usable sum is not going to get one:
@@ -54,6 +55,7 @@ def locate_gradient(trainer, mine: range, num_micro_batches: int) -> int:
     from shoal.runtime.trainer import seed_everything  # the trainer imports this module
 
     params = trainer.reducer.params
+    scale = trainer.loss_scale.scale
     initial = [b.clone() for b in trainer.model.buffers()]
     found = num_micro_batches
     for j in mine:
@@ -62,7 +64,7 @@ def locate_gradient(trainer, mine: range, num_micro_batches: int) -> int:
         seed_everything(micro_batch_seed(trainer.job.seed, trainer.step, j))
         for p in params:
             p.grad.zero_()
-        trainer.job.loss_fn(trainer.model, batch).backward()
+        forward_backward(trainer.job, trainer.model, batch, trainer.device, scale)
         if not gradient_finite(trainer.reducer):
             found = j
             break
@@ -81,8 +83,11 @@ def check_step(trainer, losses: list[float] | None, mine: range, num_micro_batch
     Raises NonFiniteStep under the `stop` policy, and whatever the policy when `losses` is None:
     the exact sum found no usable bound in MAX_PASSES passes (a gradient no grid can hold)."""
     bad_loss = first_nonfinite_loss(losses) if losses is not None else None
-    if bad_loss is None and losses is not None and gradient_finite(trainer.reducer):
-        return False
+    if bad_loss is None and losses is not None:
+        if gradient_finite(trainer.reducer):
+            return False
+        if trainer.loss_scale.dynamic:  # the scale overflowed: skipped, as GradScaler skips
+            return True  # (and backed off: precision.py)
     if bad_loss is not None:
         what, j = "loss", bad_loss
     else:

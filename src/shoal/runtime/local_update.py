@@ -127,10 +127,12 @@ class SiteReducer(StepReducer):
             begin = self.fixed.begin
             self.fixed.begin = lambda _, acc, half=None: begin(self.site_micro_batches, acc, half)
 
-    def begin(self, num_micro_batches: int, similarity: bool = False, step: int = 0) -> None:
+    def begin(
+        self, num_micro_batches: int, similarity: bool = False, step: int = 0, unscale: float = 1.0
+    ) -> None:
         counts = self.counts()
         self.site_micro_batches = max(1, sum(counts[r] for r in self.site))
-        super().begin(num_micro_batches, False, step)
+        super().begin(num_micro_batches, False, step, unscale)
 
     def start(self, timing, leaving: bool = False, regroup: bool = False) -> PendingStep:
         overflow = bool(self.fixed and self.fixed.overflow)

@@ -228,6 +228,7 @@ class StepLog:
             redone=rec.redone,
             skipped=rec.skipped or None,
             grad_norm=rec.grad_norm,
+            loss_scale=rec.loss_scale,
             generation=g.generation,
             workers=tuple(
                 WorkerShare(g.ids[r], r, g.kinds[r], n, t) for r, (n, t) in enumerate(shares)
@@ -277,8 +278,13 @@ def write_result(
         checkpoint=ckpt,
         fingerprint=fingerprint,
         nonfinite_skipped=trainer.nonfinite_skipped,
+        **(_loss_scale(trainer.loss_scale) if trainer.loss_scale.enabled else {}),
     )
     data = result.to_json()
     data.setdefault("checkpoint", None)  # written as today: the key is there even without one
     write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)
     return data
+
+
+def _loss_scale(scale) -> dict:
+    return {"loss_scale": scale.scale, "loss_scale_backoffs": scale.backoffs}

@@ -187,9 +187,12 @@ class StepReducer:
         """Whether the pass begun is an exact-mode probe (another pass of the step follows)."""
         return self.fixed is not None and self.fixed.probing
 
-    def begin(self, num_micro_batches: int, similarity: bool = False, step: int = 0) -> None:
+    def begin(
+        self, num_micro_batches: int, similarity: bool = False, step: int = 0, unscale: float = 1.0
+    ) -> None:
         """Start a pass of `num_micro_batches` of `step`; `similarity`: also sum the first
-        half apart."""
+        half apart; `unscale`: 1/S, for gradients of losses scaled by S (precision.py)."""
+        self.unscale = unscale
         if num_micro_batches != self._num_micro_batches:
             self._num_micro_batches = num_micro_batches
             grad_ints = self.fixed.numel if self.fixed else 0
@@ -214,6 +217,8 @@ class StepReducer:
     def add(self, micro_batch: int, loss: float) -> None:
         """Fold the micro-batch just back-propagated into this worker's partial sum."""
         if self.fixed:
+            if self.unscale != 1.0:  # each term unscaled: the grid never depends on S
+                self.fixed.flat_grad.mul_(self.unscale)
             if self.measure:  # kept on the device: read once, when the message is packed
                 g = self.fixed.flat_grad
                 self.sqnorms[micro_batch] = torch.dot(g, g)
@@ -274,6 +279,8 @@ class StepReducer:
                 return None
         else:
             self.flat_grad /= self._num_micro_batches
+            if self.unscale != 1.0:  # autograd summed the scaled gradients: unscale the mean
+                self.flat_grad.mul_(self.unscale)
         self._write_buffers(extra[:nb])
         outcome = self.scalars.outcome(summed)
         if self.measure:

@@ -57,6 +57,7 @@ def training_state(trainer: Any) -> dict:
         "num_micro_batches": trainer.rebalancer.num_micro_batches,
         "batch": trainer.batch.state_dict(),
         "nonfinite_skipped": trainer.nonfinite_skipped,  # steps skipped (--on-nonfinite skip)
+        "loss_scale": trainer.loss_scale.state_dict(),  # S and its growth count (precision.py)
         # local-update mode: the reference weights and the outer optimizer (local_update.py)
         "local_update": trainer.local.state_dict() if getattr(trainer, "local", None) else None,
     }
@@ -102,5 +103,6 @@ def load_training_state(trainer: Any, state: dict) -> None:
     if num_micro_batches and num_micro_batches != trainer.rebalancer.num_micro_batches:
         trainer.rebalancer.resize(int(num_micro_batches))
     trainer.nonfinite_skipped = int(state.get("nonfinite_skipped", 0))
+    trainer.loss_scale.load_state_dict(state.get("loss_scale"))  # older states: none
     if getattr(trainer, "local", None):
         trainer.local.load_state_dict(state.get("local_update"), trainer.step)

@@ -47,11 +47,12 @@ from shoal.control.gradstats import StepStats
 from shoal.job import Job
 from shoal.plan import DataOrder, Plan, data_seed, micro_batch_seed
 from shoal.runtime.batching import AdaptiveBatch, BatchRecord
-from shoal.runtime.built import built_model, built_optimizer, built_scheduler, scalar_loss
+from shoal.runtime.built import built_model, built_optimizer, built_scheduler
 from shoal.runtime.clipping import clip_grad_norm
 from shoal.runtime.finite import MAX_PASSES, NonFiniteStep, check_step
 from shoal.runtime.membership import Group, PeerFailure
 from shoal.runtime.pacing import Pacer
+from shoal.runtime.precision import LossScale, forward_backward
 from shoal.runtime.reduce import StepOutcome, StepReducer
 from shoal.runtime.repeatable import check_passes, check_reads
 from shoal.runtime.sites import SiteExchange
@@ -122,6 +123,7 @@ class StepRecord:
     link: dict | None = None  # --compress: keep_ratio, sent_bytes, exchange_s, link_mbit_s
     skipped: bool = False  # non-finite: no update (--on-nonfinite skip)
     grad_norm: float | None = None  # Job.clip_grad_norm: the step's gradient norm, unclipped
+    loss_scale: float | None = None  # Job.loss_scale: the scale the step's losses were scaled by
 
 
 class Trainer:
@@ -146,6 +148,7 @@ class Trainer:
         self.scheduler = built_scheduler(job, self.optimizer)
         self.consistency = consistency
         self.on_nonfinite, self.nonfinite_skipped = on_nonfinite, 0  # see finite.py
+        self.loss_scale = LossScale(job.loss_scale)  # precision.py (off unless the job sets one)
         self.max_micro_batches = max_micro_batches  # per worker per step; None: no cap
         # one for the trainer's life: measured speeds are kept by worker id across regroups
         self.rebalancer = Rebalancer(job.num_micro_batches, replan_every)
@@ -243,8 +246,10 @@ class Trainer:
             factor, norm = self.batch.lr_factor(batch, self._cap()), None
         else:
             factor, norm = self._optimizer_step(batch)
+        scale = self.loss_scale.scale if self.loss_scale.enabled else None
+        self.loss_scale.update(finite=not skip)
         step_s = time.perf_counter() - start
-        return self._record(plan, outcome, redone, step_s, factor, skip, norm)
+        return self._record(plan, outcome, redone, step_s, factor, skip, norm, scale)
 
     def check_reads(self) -> None:
         """Micro-batch 0 of step 0 must read the same when read again (repeatable.py)."""
@@ -308,6 +313,7 @@ class Trainer:
         factor: float,
         skipped: bool = False,
         grad_norm: float | None = None,
+        loss_scale: float | None = None,
     ) -> StepRecord:
         record = StepRecord(
             step=self.step,
@@ -322,6 +328,7 @@ class Trainer:
             link=outcome.link,
             skipped=skipped,
             grad_norm=grad_norm,
+            loss_scale=loss_scale,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
@@ -362,7 +369,8 @@ class Trainer:
     ) -> list[float]:
         """Forward/backward of this worker's micro-batches, back to back; returns the seconds
         each took. `similarity`: the step also sums its first half apart (adaptive batch)."""
-        self.reducer.begin(num_micro_batches, similarity, self.step)
+        scale = self.loss_scale.scale  # 1.0 when the job sets none
+        self.reducer.begin(num_micro_batches, similarity, self.step, self.loss_scale.inverse)
         initial = [b.clone() for b in self.model.buffers()]
         seconds = []
         for j in micro_batches:
@@ -375,8 +383,7 @@ class Trainer:
             if self.on_samples:
                 self.on_samples(self.step, j, ids)
             seed_everything(micro_batch_seed(self.job.seed, self.step, j))
-            loss = scalar_loss(self.job.loss_fn(self.model, batch))
-            loss.backward()
+            loss = forward_backward(self.job, self.model, batch, self.device, scale)
             self.reducer.add(j, float(loss.detach()))
             seconds.append(time.perf_counter() - t0)
         self._set_buffers(initial)  # a recomputation must start from the same buffers

@@ -25,6 +25,7 @@ def test_the_estimate_runs_with_the_workers_threads_and_restores_the_launchers()
         dataset=[(torch.ones(4), 0)] * 8,
         micro_batch_size=4,
         loss_fn=loss_fn,
+        autocast=None,
     )
     before = torch.get_num_threads()
     threads = 1 if before != 1 else 2  # a value other than the launcher's own
