@@ -25,6 +25,7 @@ from shoal.config import BatchConfig, SlowLinkConfig
 from shoal.console import counted
 from shoal.control.bandwidth import parse_compress
 from shoal.errors import UserError, cannot_write
+from shoal.job import loss_scale_settings
 from shoal.metrics.files import METRICS_FILE, RESULT_FILE, RunResult, read_metrics
 from shoal.metrics.training import MembershipEvent, StepLine, WorkerShare
 from shoal.runtime.batching import batch_settings
@@ -112,7 +113,8 @@ def job_fingerprint(
     dataset size, the consistency mode, the model's tensors (names, dtypes, shapes), the
     slow-link settings that change what is trained (`link_settings`) and the adaptive batch
     policy with its knobs (`runtime/batching.py` `batch_settings`: the --batch-* flags over
-    the job's `batch_policy` and `batch_options`; `batch` None: no flags given)."""
+    the job's `batch_policy` and `batch_options`; `batch` None: no flags given), and the
+    job's autocast and loss scale."""
     shapes = [(n, str(p.dtype), tuple(p.shape)) for n, p in model.state_dict().items()]
     source = hashlib.sha256(pathlib.Path(job_path).read_bytes()).hexdigest()
     parts = [
@@ -133,6 +135,9 @@ def job_fingerprint(
     adaptive = batch_settings(batch or BatchConfig(), job, consistency)
     if adaptive:  # likewise: a fixed-batch run keeps its fingerprint
         parts.append(["batch", sorted(adaptive.items())])
+    if job.autocast or job.loss_scale is not None:  # likewise (runtime/precision.py)
+        scale = loss_scale_settings(job.loss_scale)
+        parts.append(["precision", job.autocast, sorted(scale.items()) if scale else None])
     return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()
 
 

@@ -83,7 +83,7 @@ class LossScale:
         }
 
     def load_state_dict(self, state: dict | None) -> None:
-        if state is None:  # a state saved without a loss scale: the job's initial one
+        if state is None or not self.enabled:  # saved without a scale, or the job sets none
             return
         self.scale = float(state["scale"])
         self.growth_tracker = int(state["growth_tracker"])

@@ -46,7 +46,8 @@ def checkpoint(out, step, fingerprint=None):
 def tiny_job(**fields) -> SimpleNamespace:
     """What job_fingerprint reads of a Job, for a job of 8 samples in batches of 4."""
     job = dict(micro_batch_size=2, global_batch_size=4, seed=0, dataset=[0] * 8)
-    return SimpleNamespace(**{**job, "batch_policy": None, "batch_options": {}, **fields})
+    unset = {"batch_policy": None, "batch_options": {}, "autocast": None, "loss_scale": None}
+    return SimpleNamespace(**{**job, **unset, **fields})
 
 
 def test_second_run_refused_with_the_holders_pid(tmp_path):
@@ -611,3 +612,20 @@ def test_shoal_run_resume_builds_the_job_once(tmp_path, capsys, finished, provid
     assert code == (0 if finished else 2), err
     assert ("nothing to do" if finished else "belongs to a different job") in err
     assert calls.read_text() == "x"  # make_job ran once
+
+
+def test_the_jobs_precision_changes_the_fingerprint_and_its_spellings_do_not(tmp_path):
+    """A job file whose autocast or loss scale depends on something outside it (an environment
+    variable) resumed under another precision: each setting is another job now."""
+    model, path = torch.nn.Linear(2, 1), tmp_path / "job.py"
+    path.write_text("def make_job(): ...\n")
+
+    def fingerprint(**fields) -> str:
+        return job_fingerprint(str(path), {}, tiny_job(**fields), "exact", model)
+
+    plain, half = fingerprint(), fingerprint(autocast="float16")
+    dynamic = fingerprint(autocast="float16", loss_scale="dynamic")
+    assert len({plain, half, dynamic, fingerprint(autocast="bfloat16")}) == 4
+    assert fingerprint(autocast="float16", loss_scale={"init_scale": 65536}) == dynamic
+    assert fingerprint(autocast="float16", loss_scale=65536) != dynamic  # fixed, not dynamic
+    assert fingerprint(autocast="float16", loss_scale={"growth_interval": 100}) != dynamic

@@ -108,6 +108,8 @@ def test_a_fixed_scale_never_changes_and_none_scales_nothing():
         False,
     )
     assert (off.scale, off.inverse, off.enabled) == (1.0, 1.0, False)
+    off.load_state_dict({"scale": 8.0, "growth_tracker": 1, "backoffs": 3})  # not this job's
+    assert off.scale == 1.0
 
 
 def test_bfloat16_autocast_is_applied():
