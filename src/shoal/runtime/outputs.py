@@ -273,6 +273,7 @@ def write_result(
     first group began training (worker start-up excluded) and the samples of the state it
     began with; samples_per_s is the samples trained since over that time
     (runtime/continuity.py `count_from`)."""
+    scale = trainer.loss_scale  # runtime/precision.py
     result = RunResult(
         final_step=trainer.step,
         state_sha256=digest,
@@ -283,13 +284,13 @@ def write_result(
         checkpoint=ckpt,
         fingerprint=fingerprint,
         nonfinite_skipped=trainer.nonfinite_skipped,
-        **(_loss_scale(trainer.loss_scale) if trainer.loss_scale.enabled else {}),
+        **(
+            {"loss_scale": scale.scale, "loss_scale_backoffs": scale.backoffs}
+            if scale.enabled
+            else {}
+        ),
     )
     data = result.to_json()
     data.setdefault("checkpoint", None)  # written as today: the key is there even without one
     write_json_atomic(pathlib.Path(out) / RESULT_FILE, data)
     return data
-
-
-def _loss_scale(scale) -> dict:
-    return {"loss_scale": scale.scale, "loss_scale_backoffs": scale.backoffs}

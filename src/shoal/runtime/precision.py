@@ -20,8 +20,11 @@ unscaling their sum give the same numbers, barring gradients below float32's nor
 The decision reads the step's mean gradient, which every worker holds (bit for bit in exact
 mode). So every worker keeps the same S, whatever the layout, and S is training state:
 checkpoints and transfers to joiners carry it. A step whose loss, not only its gradient, is not
-finite is `--on-nonfinite`'s (scaling cannot cure a forward pass that overflowed). A fixed
-number scales by S and never changes it; every non-finite step is then `--on-nonfinite`'s.
+finite is `--on-nonfinite`'s (scaling cannot cure a forward pass that overflowed); if that skips
+the step, S backs off as well, as GradScaler's would. A fixed number scales by S and never
+changes it; every non-finite step is then `--on-nonfinite`'s. In local-update mode each site
+sums its own gradient, so each site keeps its own S, as each DiLoCo worker would keep its own
+GradScaler.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import math
 
 import torch
 
-from shoal.job import Job, loss_scale_settings
+from shoal.job import GRAD_SCALER, Job, loss_scale_settings
 from shoal.runtime.built import scalar_loss
 
 
@@ -46,14 +49,14 @@ class LossScale:
     def __init__(self, setting) -> None:
         settings = loss_scale_settings(setting)
         self.enabled = settings is not None
-        self.dynamic = bool(settings and settings["dynamic"])
-        settings = settings or {"init_scale": 1.0, "growth_factor": 2.0, "backoff_factor": 0.5}
-        # (none set: S = 1 and 1/S = 1 scale nothing)
+        # none set: a fixed S = 1, whose 1/S = 1 scales nothing
+        settings = settings or {**GRAD_SCALER, "init_scale": 1.0, "dynamic": False}
+        self.dynamic = settings["dynamic"]
         self.scale = float32(settings["init_scale"])
         self.growth, self.backoff = settings["growth_factor"], settings["backoff_factor"]
-        self.interval = settings.get("growth_interval", 0)
+        self.interval = settings["growth_interval"]
         self.growth_tracker = 0  # finite steps in a row since S last changed
-        self.backoffs = 0  # steps this scale skipped and backed off from
+        self.backoffs = 0  # skipped steps that S backed off after
 
     @property
     def inverse(self) -> float:

@@ -3,7 +3,8 @@
 A step t runs M = B/b micro-batches. This worker computes the contiguous range the plan gives
 it; for each micro-batch j it restores the step's initial buffers, takes the samples the data
 order assigns to (t, j), seeds every random generator with (seed, t, j), runs forward and
-backward, and folds the gradient into the step's exact sum. One collective then gives every
+backward (under the job's autocast, the loss scaled: precision.py), and folds the gradient into
+the step's exact sum. One collective then gives every
 worker the same mean gradient, buffers, losses and timings; every worker applies the same
 optimizer step and computes the same next plan.
 
