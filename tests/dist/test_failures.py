@@ -247,7 +247,8 @@ def test_a_group_left_too_small_for_its_caps_keeps_its_state(tmp_path):
     step's 4. It stops the run (one line, exit 2) but first checkpoints the state it holds, so
     --resume goes on from there (the state was thrown away: nothing to resume)."""
     out, caps = tmp_path / "run", ["--max-micro-batches", "2"]
-    err = shoal_run(out, "k80,k80", 12, *caps, "--events", "step 5: kill 1", expect=2)
+    paced = {"SHOAL_EMULATED_HOST_S": "0.02"}  # unpaced, the 12 steps could end before the kill
+    err = shoal_run(out, "k80,k80", 12, *caps, "--events", "step 5: kill 1", env=paced, expect=2)
     last = err.strip().splitlines()[-1]
     assert "cannot take 4 micro-batches" in last and "is checkpointed" in last, last
     step = int(last.split("the state of step ")[1].split()[0])
