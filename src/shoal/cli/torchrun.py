@@ -7,6 +7,8 @@ Parsing and dispatch only; the agent is started in `shoal.runtime.torchrun_front
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 
 DESCRIPTION = (
     "Exactly `torchrun [OPTIONS] -m shoal.worker JOB.py [FLAGS]`: every option below is "
@@ -35,8 +37,24 @@ def _torchrun(args: argparse.Namespace) -> int:
     torchrun_args, local, max_nodes = parse(args.argv, DESCRIPTION)
     check_local_processes("--nproc-per-node", local)
     # what `shoal run` checks before any worker starts, each worker would refuse too (the agent
-    # restarting them --max-restarts times first)
-    config = parse_config(job_argv(torchrun_args))
-    job = check_job(config)
-    check_before_agent(config, agent_run_id(torchrun_args, max_nodes), job)
+    # restarting them --max-restarts times first); building the job may take a while, and a
+    # SIGTERM then is told in one line, as the agent tells one once it runs
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        config = parse_config(job_argv(torchrun_args))
+        job = check_job(config)
+        check_before_agent(config, agent_run_id(torchrun_args, max_nodes), job)
+    except _Stopped:
+        sys.stderr.write("shoal: stopped by SIGTERM before any worker started\n")
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return launch(torchrun_args)
+
+
+class _Stopped(BaseException):
+    """SIGTERM during the checks (a BaseException: no `except Exception` of a job's holds it)."""
+
+
+def _stop(signum, frame) -> None:
+    raise _Stopped

@@ -188,3 +188,33 @@ def test_an_out_that_cannot_be_made_is_refused_before_any_worker_starts(
     why = "File exists" if not under else "Not a directory"
     assert capsys.readouterr().err == f"shoal: error: cannot write to --out '{out}': {why}\n"
     assert (tmp_path / "taken").read_text() == "mine\n"
+
+
+def test_a_sigterm_while_the_job_is_checked_is_one_line_and_128_plus_15(tmp_path):
+    """Building the job may take a while (a dataset read in make_job): a SIGTERM then ended
+    the front silently, with the shell's 143 and no word of why."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    started = tmp_path / "started"
+    job = tmp_path / "slow_job.py"
+    job.write_text(
+        "import pathlib, time\n"
+        "def make_job():\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(60)\n"
+    )
+    cmd = [sys.executable, "-m", "shoal", "torchrun", "--nproc-per-node", "1", str(job),
+           "--steps", "1", "--out", str(tmp_path / "out")]  # fmt: skip
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip().splitlines() == ["shoal: stopped by SIGTERM before any worker started"]
+    assert not (tmp_path / "out").exists()  # nothing was started or written
