@@ -4,9 +4,9 @@ A step t runs M = B/b micro-batches. This worker computes the contiguous range t
 it; for each micro-batch j it restores the step's initial buffers, takes the samples the data
 order assigns to (t, j), seeds every random generator with (seed, t, j), runs forward and
 backward (under the job's autocast, the loss scaled: precision.py), and folds the gradient into
-the step's exact sum. One collective then gives every
-worker the same mean gradient, buffers, losses and timings; every worker applies the same
-optimizer step and computes the same next plan.
+the step's exact sum. One collective then gives every worker the same mean gradient, buffers,
+losses and timings; every worker applies the same optimizer step and computes the same next
+plan.
 
 While the collective is in flight (an emulated slower kind: inside its device time, before
 it joins the collective) the worker reads the micro-batches it will most likely compute in
@@ -247,10 +247,10 @@ class Trainer:
             factor, norm = self.batch.lr_factor(batch, self._cap()), None
         else:
             factor, norm = self._optimizer_step(batch)
-        scale = self.loss_scale.scale if self.loss_scale.enabled else None
-        self.loss_scale.update(finite=not skip)
         step_s = time.perf_counter() - start
-        return self._record(plan, outcome, redone, step_s, factor, skip, norm, scale)
+        record = self._record(plan, outcome, redone, step_s, factor, skip, norm)
+        self.loss_scale.update(finite=not skip)  # after the record: it logs the step's own scale
+        return record
 
     def check_reads(self) -> None:
         """Micro-batch 0 of step 0 must read the same when read again (repeatable.py)."""
@@ -314,7 +314,6 @@ class Trainer:
         factor: float,
         skipped: bool = False,
         grad_norm: float | None = None,
-        loss_scale: float | None = None,
     ) -> StepRecord:
         record = StepRecord(
             step=self.step,
@@ -329,7 +328,7 @@ class Trainer:
             link=outcome.link,
             skipped=skipped,
             grad_norm=grad_norm,
-            loss_scale=loss_scale,
+            loss_scale=self.loss_scale.scale if self.loss_scale.enabled else None,
         )
         self.rebalancer.after_step(self.step, outcome.seconds_per_micro_batch)
         # a skipped (non-finite) step's statistics are not fed to the batch policy
